@@ -1,0 +1,59 @@
+# sepp_lite developer commands. Every target creates what it needs itself, so
+# `make test` and `make demo` work on a fresh machine with only python3.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+EXTRAS ?= dev
+PROTO_VENV ?= .venv-proto
+PROTO_PY := $(PROTO_VENV)/bin/python
+
+.DEFAULT_GOAL := check
+.PHONY: install proto proto-check lint format typecheck test demo bench soak check clean
+
+$(VENV)/.installed-$(EXTRAS): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
+	touch $@
+
+install: $(VENV)/.installed-$(EXTRAS)
+
+$(PROTO_VENV)/.installed: proto/requirements.txt
+	test -x $(PROTO_PY) || $(PYTHON) -m venv $(PROTO_VENV)
+	$(PROTO_PY) -m pip install -q -r proto/requirements.txt
+	touch $@
+
+# Regenerate sepp_lite/_proto from proto/ with the pinned betterproto compiler.
+proto: $(PROTO_VENV)/.installed
+	rm -rf sepp_lite/_proto
+	mkdir -p sepp_lite/_proto
+	PATH="$(CURDIR)/$(PROTO_VENV)/bin:$$PATH" $(PROTO_PY) -m grpc_tools.protoc -Iproto \
+		--python_betterproto_out=sepp_lite/_proto proto/sepp/v1/queue.proto
+
+# CI: regenerating must leave the committed code untouched.
+proto-check: proto
+	git diff --exit-code -- sepp_lite/_proto
+	test -z "$$(git status --porcelain -- sepp_lite/_proto)"
+
+lint: install
+	$(VENV)/bin/ruff check sepp_lite tests bench
+	$(VENV)/bin/ruff format --check sepp_lite tests bench
+
+format: install
+	$(VENV)/bin/ruff check --fix sepp_lite tests bench
+	$(VENV)/bin/ruff format sepp_lite tests bench
+
+typecheck: install
+	$(VENV)/bin/mypy
+
+test: install
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: install
+	$(PY) bench/run.py $(BENCH_ARGS)
+
+check: lint typecheck test
+
+clean:
+	rm -rf $(VENV) $(PROTO_VENV) .mypy_cache .ruff_cache .hypothesis

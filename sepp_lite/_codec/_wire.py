@@ -1,0 +1,235 @@
+"""Protobuf wire primitives shared by the client and server codecs.
+
+Readers take ``(data, pos)`` and return ``(value, new_pos)``; they may raise
+``IndexError`` or ``UnicodeDecodeError`` on bad input, which the public entry points turn
+into one :class:`~sepp_lite.errors.DecodeError`. Writers return ``bytes``.
+"""
+
+from __future__ import annotations
+
+import struct
+from datetime import datetime, timedelta
+from typing import Callable, TypeVar
+
+from sepp_lite._time import EPOCH
+from sepp_lite.errors import DecodeError
+
+T = TypeVar("T")
+
+VARINT, I64, LEN, I32 = 0, 1, 2, 5
+_U32 = 0xFFFF_FFFF
+_U64 = 0xFFFF_FFFF_FFFF_FFFF
+_I64_MIN = -(1 << 63)
+_I64_MAX = (1 << 63) - 1
+# datetime's range in seconds since the epoch (years 1..9999).
+_MIN_SECONDS = -62_135_596_800
+_MAX_SECONDS = 253_402_300_799
+
+_pack_double = struct.Struct("<d").pack
+_unpack_double = struct.Struct("<d").unpack_from
+
+# One-byte varints, precomputed: lengths and small numbers are almost always < 128.
+_SMALL = [bytes((i,)) for i in range(128)]
+
+
+def uvarint(value: int) -> bytes:
+    """Encode a non-negative int (< 2**64) as a varint."""
+    if value < 0x80:
+        return _SMALL[value]
+    out = bytearray()
+    while value >= 0x80:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def svarint64(value: int) -> bytes:
+    """Encode an int64 (two's complement, ten bytes when negative)."""
+    return uvarint(value & _U64)
+
+
+def read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    byte = data[pos]
+    pos += 1
+    if byte < 0x80:
+        return byte, pos
+    result = byte & 0x7F
+    shift = 7
+    while True:
+        byte = data[pos]
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            if result > _U64:
+                raise DecodeError("varint longer than 64 bits")
+            return result, pos
+        shift += 7
+        if shift >= 70:
+            raise DecodeError("varint longer than ten bytes")
+
+
+def as_int64(value: int) -> int:
+    return value - (1 << 64) if value > _I64_MAX else value
+
+
+def as_int32(value: int) -> int:
+    value &= _U32
+    return value - (1 << 32) if value > 0x7FFF_FFFF else value
+
+
+def read_len(data: bytes, pos: int, end: int) -> tuple[int, int]:
+    """Read a length prefix; return ``(start, stop)`` of the delimited bytes."""
+    size = data[pos]
+    pos += 1
+    if size >= 0x80:
+        size, pos = read_varint(data, pos - 1)
+    stop = pos + size
+    if stop > end:
+        raise DecodeError("length-delimited field runs past the end of its message")
+    return pos, stop
+
+
+def read_tag(data: bytes, pos: int) -> tuple[int, int]:
+    tag = data[pos]
+    if tag < 0x80:
+        return tag, pos + 1
+    tag, pos = read_varint(data, pos)
+    if tag > _U32:
+        raise DecodeError("field tag out of range")
+    return tag, pos
+
+
+def skip_field(data: bytes, pos: int, end: int, tag: int) -> int:
+    """Skip the value of an unknown field; return the position after it."""
+    wire_type = tag & 7
+    if tag >> 3 == 0:
+        raise DecodeError("field number 0 is not valid")
+    if wire_type == VARINT:
+        return read_varint(data, pos)[1]
+    if wire_type == LEN:
+        return read_len(data, pos, end)[1]
+    if wire_type == I64:
+        pos += 8
+    elif wire_type == I32:
+        pos += 4
+    else:
+        raise DecodeError(f"unsupported wire type {wire_type}")
+    if pos > end:
+        raise DecodeError("fixed-width field runs past the end of its message")
+    return pos
+
+
+def read_double(data: bytes, pos: int, end: int) -> tuple[float, int]:
+    if pos + 8 > end:
+        raise DecodeError("double runs past the end of its message")
+    return _unpack_double(data, pos)[0], pos + 8
+
+
+def read_str(data: bytes, pos: int, end: int) -> tuple[str, int]:
+    start, stop = read_len(data, pos, end)
+    return data[start:stop].decode(), stop
+
+
+def read_seconds_nanos(data: bytes, start: int, stop: int) -> tuple[int, int]:
+    """Decode a google.protobuf.Timestamp or Duration body into (seconds, nanos)."""
+    seconds = nanos = 0
+    pos = start
+    while pos < stop:
+        tag, pos = read_tag(data, pos)
+        if tag == 0x08:
+            value, pos = read_varint(data, pos)
+            seconds = as_int64(value)
+        elif tag == 0x10:
+            value, pos = read_varint(data, pos)
+            nanos = as_int32(value)
+        else:
+            pos = skip_field(data, pos, stop, tag)
+    if pos != stop:
+        raise DecodeError("message runs past its declared length")
+    return seconds, nanos
+
+
+def to_datetime(seconds: int, nanos: int) -> datetime | None:
+    """A UTC datetime with microsecond precision, or ``None`` when the Timestamp is
+    before the epoch, has negative or out-of-range nanos, or is past year 9999."""
+    if seconds < 0 or not 0 <= nanos <= 999_999_999 or seconds > _MAX_SECONDS:
+        return None
+    return EPOCH + timedelta(seconds=seconds, microseconds=nanos // 1000)
+
+
+def to_timedelta(seconds: int, nanos: int) -> timedelta:
+    """A Duration as a timedelta; values outside timedelta's range saturate."""
+    try:
+        return timedelta(seconds=seconds, microseconds=nanos // 1000)
+    except OverflowError:
+        return timedelta.max if seconds > 0 else timedelta.min
+
+
+def seconds_nanos_body(seconds: int, nanos: int) -> bytes:
+    """Encode a Timestamp or Duration body (fields left out when zero)."""
+    parts = b""
+    if seconds:
+        parts = b"\x08" + svarint64(seconds)
+    if nanos:
+        parts += b"\x10" + svarint64(nanos)
+    return parts
+
+
+def datetime_body(dt: datetime) -> bytes:
+    """Encode an aware (or naive = UTC) datetime as a Timestamp body."""
+    delta = (dt if dt.tzinfo is not None else dt.replace(tzinfo=EPOCH.tzinfo)) - EPOCH
+    return seconds_nanos_body(delta.days * 86_400 + delta.seconds, delta.microseconds * 1000)
+
+
+def timedelta_body(td: timedelta) -> bytes:
+    """Encode a non-negative timedelta as a Duration body."""
+    if td < timedelta(0):
+        raise ValueError(f"durations sent to the server must not be negative, got {td}")
+    return seconds_nanos_body(td.days * 86_400 + td.seconds, td.microseconds * 1000)
+
+
+def ms_body(ms: int) -> bytes:
+    """Encode integer milliseconds as a Timestamp or Duration body."""
+    seconds, rest = divmod(ms, 1000)
+    return seconds_nanos_body(seconds, rest * 1_000_000)
+
+
+def field_bytes(tag: bytes, value: bytes) -> bytes:
+    """A length-delimited field: tag, length, value."""
+    size = len(value)
+    return tag + (_SMALL[size] if size < 0x80 else uvarint(size)) + value
+
+
+def field_str(tag: bytes, value: str) -> bytes:
+    return field_bytes(tag, value.encode())
+
+
+def field_uint(tag: bytes, value: int) -> bytes:
+    return tag + (_SMALL[value] if value < 0x80 else uvarint(value))
+
+
+def field_double(tag: bytes, value: float) -> bytes:
+    return tag + _pack_double(value)
+
+
+def check_uint32(value: object, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _U32:
+        raise ValueError(f"{name} must be an int from 0 to {_U32}, got {value!r}")
+    return value
+
+
+def check_int64(value: int, name: str) -> int:
+    if not _I64_MIN <= value <= _I64_MAX:
+        raise ValueError(f"{name} must fit in a signed 64-bit integer, got {value!r}")
+    return value
+
+
+def guarded(what: str, decode: Callable[[bytes], T], data: bytes) -> T:
+    """Run a decoder, turning every way bad bytes can fail into one DecodeError."""
+    try:
+        return decode(data)
+    except DecodeError:
+        raise
+    except (IndexError, UnicodeDecodeError, ValueError, OverflowError, struct.error) as exc:
+        raise DecodeError(f"cannot decode {what}: {exc.__class__.__name__}: {exc}") from exc

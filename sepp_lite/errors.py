@@ -1,0 +1,535 @@
+"""The error tree, and the one function that maps transport failures onto it.
+
+::
+
+    SeppError
+    ├── ClientError                    the call failed as a whole (transport or protocol)
+    │   ├── ConnectError               connect() could not reach the server
+    │   ├── InvalidApiKeyError         the key cannot be sent as a header value
+    │   ├── TransportError             UNAVAILABLE, DEADLINE_EXCEEDED, ABORTED, CANCELLED,
+    │   │                              refused or lost connections, TLS failures
+    │   ├── UnauthenticatedError       UNAUTHENTICATED, PERMISSION_DENIED
+    │   ├── OverloadedError            RESOURCE_EXHAUSTED
+    │   ├── InvalidRequestError        INVALID_ARGUMENT
+    │   ├── ServerInternalError        INTERNAL, DATA_LOSS, UNKNOWN
+    │   ├── UnexpectedStatusError      any other status
+    │   ├── EmptyBatchError            an enqueue with no jobs (raised before any RPC)
+    │   ├── BatchResultCountMismatchError
+    │   ├── MalformedResponseError     the server broke the wire contract
+    │   │   ├── DecodeError            ... with bytes that do not decode
+    │   │   └── ResponseTooLargeError  ... with a message over the receive limit
+    │   ├── MalformedJobError
+    │   └── MalformedServerInfoError
+    ├── JobConversionError             one reserved job could not be read (it is skipped)
+    ├── ServerInfoError
+    ├── JobRejectedError               enqueue() of one job was refused (see .rejection)
+    ├── BatchValidationError           enqueue_atomic() refused the batch (see .errors)
+    ├── LeaseError                     the lease is no longer ours
+    │   ├── JobNotFoundError           NOT_FOUND from ack/nack/extend
+    │   └── AttemptMismatchError       FAILED_PRECONDITION from ack/nack/extend
+    ├── ReserveError
+    │   └── UnknownQueuesError         FAILED_PRECONDITION from reserve (strict mode)
+    └── DuplicateHandlerError          (worker)
+
+Per-job refusals are values, not exceptions: :class:`JobRejection` and its variants come
+back inside ``enqueue_batch`` results. ``HandlerError`` (worker) is deliberately not a
+``SeppError``. Every :class:`ClientError` carries ``code`` (the gRPC status, or the status
+a grpclib-level failure stands for) and ``ambiguous`` (the request may have been applied
+even though the call failed), which is what the retry policy decides on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Literal, Optional
+
+import h2.exceptions
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
+
+__all__ = [
+    "AttemptMismatchError",
+    "BatchResultCountMismatchError",
+    "BatchValidationError",
+    "ClientError",
+    "ConnectError",
+    "CustomEntriesTooMany",
+    "CustomKeyTooLong",
+    "CustomMapTooLarge",
+    "DecodeError",
+    "EmptyBatchError",
+    "EncodingNotAllowed",
+    "IdempotencyKeyTooLong",
+    "InvalidApiKeyError",
+    "InvalidRequest",
+    "InvalidRequestError",
+    "JobConversionError",
+    "JobNotFoundError",
+    "JobRejectedError",
+    "JobRejection",
+    "JobTypeNameTooLong",
+    "JobTypeNotAllowed",
+    "JobValidationError",
+    "LeaseError",
+    "MalformedJobError",
+    "MalformedResponseError",
+    "MalformedServerInfoError",
+    "OverloadedError",
+    "PayloadTooLarge",
+    "QueueClosing",
+    "QueueFull",
+    "QueueNameTooLong",
+    "ReserveError",
+    "ResponseTooLargeError",
+    "ScheduledTooFar",
+    "SeppError",
+    "ServerInfoError",
+    "ServerInternalError",
+    "TransportError",
+    "UnauthenticatedError",
+    "UnexpectedStatusError",
+    "UnknownQueue",
+    "UnknownQueuesError",
+    "UnknownRejection",
+]
+
+
+class SeppError(Exception):
+    """The root of every error sepp_lite raises."""
+
+
+class ClientError(SeppError):
+    """A call that failed as a whole: transport, status or protocol trouble."""
+
+    code: Optional[Status] = None
+    """The gRPC status behind the error, when there is one."""
+    ambiguous: bool = False
+    """True when the server may have applied the request although the call failed."""
+
+
+class ConnectError(ClientError):
+    """``connect()`` could not reach the server within its connect timeout."""
+
+    def __init__(self, addr: str, reason: str) -> None:
+        self.addr = addr
+        self.reason = reason
+        super().__init__(f"cannot connect to the sepp server at {addr}: {reason}")
+
+
+class InvalidApiKeyError(ClientError):
+    """The API key is not printable ASCII without CR/LF, so it cannot be a header."""
+
+    def __init__(self) -> None:
+        super().__init__("the API key must be printable ASCII without CR or LF")
+
+
+class TransportError(ClientError):
+    """The connection or the call's deadline failed; retrying may succeed."""
+
+
+class UnauthenticatedError(ClientError):
+    """The server refused the credentials (missing or wrong API key)."""
+
+
+class OverloadedError(ClientError):
+    """The server is shedding load (RESOURCE_EXHAUSTED); back off and retry."""
+
+
+class InvalidRequestError(ClientError):
+    """The server found the request malformed (INVALID_ARGUMENT)."""
+
+
+class ServerInternalError(ClientError):
+    """The server failed internally (INTERNAL, DATA_LOSS or UNKNOWN)."""
+
+
+class UnexpectedStatusError(ClientError):
+    """A status this client has no more specific error for."""
+
+    def __init__(self, code: Status, message: str) -> None:
+        self.code = code
+        self.status_message = message
+        super().__init__(f"the server answered {code.name}: {message}")
+
+
+class EmptyBatchError(ClientError):
+    """An enqueue was called without jobs; nothing was sent."""
+
+    def __init__(self) -> None:
+        super().__init__("empty batch: an enqueue needs at least one job")
+
+
+class BatchResultCountMismatchError(ClientError):
+    """The server answered a batch with a different number of results."""
+
+    def __init__(self, expected: int, got: int) -> None:
+        self.expected = expected
+        self.got = got
+        super().__init__(f"sent {expected} jobs but the server returned {got} results")
+
+
+class MalformedResponseError(ClientError):
+    """The server's answer breaks the wire contract."""
+
+
+class DecodeError(MalformedResponseError):
+    """Bytes that are not a valid encoding of the expected message."""
+
+
+class ResponseTooLargeError(MalformedResponseError):
+    """A response over the client's receive limit (``max_receive_message_bytes``)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        self.size = size
+        self.limit = limit
+        super().__init__(
+            f"response of {size} bytes exceeds max_receive_message_bytes ({limit}); "
+            "jobs it leased stay leased until their leases expire"
+        )
+
+
+class MalformedJobError(ClientError):
+    """A job that could not be decoded (see :class:`JobConversionError`)."""
+
+    def __init__(self, cause: JobConversionError) -> None:
+        self.cause = cause
+        super().__init__(f"the server returned a malformed job: {cause}")
+
+
+class MalformedServerInfoError(ClientError):
+    """A server-info answer that could not be decoded."""
+
+    def __init__(self, cause: ServerInfoError) -> None:
+        self.cause = cause
+        super().__init__(f"the server returned malformed server info: {cause}")
+
+
+class JobConversionError(SeppError):
+    """One job (or dead-letter record) in an answer could not be read; it is skipped."""
+
+
+class ServerInfoError(SeppError):
+    """A server-info answer could not be read (see :class:`MalformedServerInfoError`)."""
+
+
+class JobRejection:
+    """Why the server refused one job: a value inside ``enqueue_batch`` results.
+
+    All variants but :class:`QueueFull` and :class:`QueueClosing` are deterministic:
+    sending the same job to the same server gets the same answer.
+    """
+
+    @property
+    def message(self) -> str:
+        raise NotImplementedError
+
+    def __str__(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class UnknownQueue(JobRejection):
+    """Strict mode, and the queue is not declared."""
+
+    queue: str
+
+    @property
+    def message(self) -> str:
+        return f"queue {self.queue!r} is not declared and the server is in strict mode"
+
+
+@dataclass(frozen=True)
+class PayloadTooLarge(JobRejection):
+    """The payload is over the queue's ``max_payload_bytes``."""
+
+    limit: int
+    actual: int
+
+    @property
+    def message(self) -> str:
+        return f"payload of {self.actual} bytes is over the limit of {self.limit}"
+
+
+@dataclass(frozen=True)
+class EncodingNotAllowed(JobRejection):
+    """The payload's encoding is not on the queue's allow-list."""
+
+    encoding: str
+    allowed: list[str]
+
+    @property
+    def message(self) -> str:
+        return f"encoding {self.encoding!r} is not allowed (allowed: {self.allowed})"
+
+
+@dataclass(frozen=True)
+class JobTypeNotAllowed(JobRejection):
+    """The job type is not on the queue's allow-list."""
+
+    job_type: str
+    allowed: list[str]
+
+    @property
+    def message(self) -> str:
+        return f"job type {self.job_type!r} is not allowed (allowed: {self.allowed})"
+
+
+@dataclass(frozen=True)
+class CustomEntriesTooMany(JobRejection):
+    """More custom entries than ``max_custom_entries``."""
+
+    limit: int
+    actual: int
+
+    @property
+    def message(self) -> str:
+        return f"{self.actual} custom entries, over the limit of {self.limit}"
+
+
+@dataclass(frozen=True)
+class CustomMapTooLarge(JobRejection):
+    """The custom map is over ``max_custom_total_bytes``."""
+
+    limit: int
+    actual: int
+
+    @property
+    def message(self) -> str:
+        return f"custom map of {self.actual} bytes is over the limit of {self.limit}"
+
+
+@dataclass(frozen=True)
+class CustomKeyTooLong(JobRejection):
+    """A custom key is over ``max_custom_key_bytes``."""
+
+    key: str
+    limit: int
+    actual: int
+
+    @property
+    def message(self) -> str:
+        return f"custom key {self.key!r} has {self.actual} bytes, over the limit of {self.limit}"
+
+
+@dataclass(frozen=True)
+class QueueNameTooLong(JobRejection):
+    """The queue name is over ``max_queue_name_bytes``."""
+
+    limit: int
+    actual: int
+
+    @property
+    def message(self) -> str:
+        return f"queue name has {self.actual} bytes, over the limit of {self.limit}"
+
+
+@dataclass(frozen=True)
+class JobTypeNameTooLong(JobRejection):
+    """The job type is over ``max_job_type_bytes``."""
+
+    limit: int
+    actual: int
+
+    @property
+    def message(self) -> str:
+        return f"job type has {self.actual} bytes, over the limit of {self.limit}"
+
+
+@dataclass(frozen=True)
+class IdempotencyKeyTooLong(JobRejection):
+    """The idempotency key is over ``max_idempotency_key_bytes``."""
+
+    limit: int
+    actual: int
+
+    @property
+    def message(self) -> str:
+        return f"idempotency key has {self.actual} bytes, over the limit of {self.limit}"
+
+
+@dataclass(frozen=True)
+class ScheduledTooFar(JobRejection):
+    """``scheduled_at`` (``actual``) is further out than the schedule ``horizon``."""
+
+    horizon: timedelta
+    actual: datetime
+
+    @property
+    def message(self) -> str:
+        return f"scheduled_at {self.actual.isoformat()} is past the horizon of {self.horizon}"
+
+
+@dataclass(frozen=True)
+class InvalidRequest(JobRejection):
+    """The job failed the server's structural checks; ``detail`` says which."""
+
+    detail: str
+
+    @property
+    def message(self) -> str:
+        return f"invalid job: {self.detail}"
+
+
+@dataclass(frozen=True)
+class QueueFull(JobRejection):
+    """The queue is at ``max_queue_depth``; clears as the queue drains."""
+
+    queue: str
+    limit: int
+
+    @property
+    def message(self) -> str:
+        return f"queue {self.queue!r} is full ({self.limit} jobs)"
+
+
+@dataclass(frozen=True)
+class QueueClosing(JobRejection):
+    """The queue is being deleted and takes no new jobs."""
+
+    queue: str
+
+    @property
+    def message(self) -> str:
+        return f"queue {self.queue!r} is being deleted"
+
+
+@dataclass(frozen=True)
+class UnknownRejection(JobRejection):
+    """A rejection this client does not know (a newer server, or no reason set)."""
+
+    @property
+    def message(self) -> str:
+        return "rejected for a reason this client does not know"
+
+
+@dataclass(frozen=True)
+class JobValidationError:
+    """One refused job of an atomic batch, by its zero-based index in the request."""
+
+    index: int
+    rejection: JobRejection
+
+
+class JobRejectedError(SeppError):
+    """``enqueue()`` of a single job was refused; ``rejection`` says why."""
+
+    def __init__(self, rejection: JobRejection) -> None:
+        self.rejection = rejection
+        super().__init__(f"job rejected: {rejection}")
+
+
+class BatchValidationError(SeppError):
+    """``enqueue_atomic()`` wrote nothing because these jobs were refused."""
+
+    def __init__(self, errors: list[JobValidationError]) -> None:
+        self.errors = errors
+        super().__init__(f"atomic batch refused: {len(errors)} job(s) failed validation")
+
+
+class LeaseError(SeppError):
+    """Ack, nack or extend found that this delivery no longer holds the lease."""
+
+
+class JobNotFoundError(LeaseError):
+    """No such in-flight job: acked already, lease expired, or dead-lettered."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or "the job is not in flight (acked, expired or unknown)")
+
+
+class AttemptMismatchError(LeaseError):
+    """The job was redelivered: this attempt's lease belongs to another delivery now."""
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(message or "attempt mismatch: the job was redelivered")
+
+
+class ReserveError(SeppError):
+    """A reserve-specific refusal (transport failures are :class:`ClientError`)."""
+
+
+class UnknownQueuesError(ReserveError):
+    """Strict mode, and some requested queues are not declared."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"queues not declared on the server: {message}")
+
+
+RETRYABLE_CODES = frozenset(
+    {Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.ABORTED, Status.RESOURCE_EXHAUSTED}
+)
+# The server may have committed a request that failed with one of these.
+AMBIGUOUS_CODES = frozenset({Status.DEADLINE_EXCEEDED, Status.ABORTED})
+
+_BY_STATUS: dict[Status, type[ClientError]] = {
+    Status.UNAVAILABLE: TransportError,
+    Status.DEADLINE_EXCEEDED: TransportError,
+    Status.ABORTED: TransportError,
+    Status.CANCELLED: TransportError,
+    Status.UNAUTHENTICATED: UnauthenticatedError,
+    Status.PERMISSION_DENIED: UnauthenticatedError,
+    Status.RESOURCE_EXHAUSTED: OverloadedError,
+    Status.INVALID_ARGUMENT: InvalidRequestError,
+    Status.INTERNAL: ServerInternalError,
+    Status.DATA_LOSS: ServerInternalError,
+    Status.UNKNOWN: ServerInternalError,
+}
+
+CallKind = Literal["generic", "lease", "reserve"]
+
+
+def _status_error(status: Status, message: str, kind: CallKind) -> SeppError:
+    if kind == "lease" and status is Status.NOT_FOUND:
+        return JobNotFoundError()
+    if kind == "lease" and status is Status.FAILED_PRECONDITION:
+        return AttemptMismatchError()
+    if kind == "reserve" and status is Status.FAILED_PRECONDITION:
+        return UnknownQueuesError(message)
+    cls = _BY_STATUS.get(status)
+    error = UnexpectedStatusError(status, message) if cls is None else cls(message)
+    error.code = status
+    error.ambiguous = status in AMBIGUOUS_CODES
+    return error
+
+
+def _transport_error(message: str, code: Status | None, ambiguous: bool) -> TransportError:
+    error = TransportError(message)
+    error.code = code
+    error.ambiguous = ambiguous
+    return error
+
+
+def map_failure(exc: BaseException, kind: CallKind = "generic") -> SeppError | None:
+    """The sepp error for a failed call, or ``None`` when ``exc`` is not a call failure
+    (a bug or a cancellation, which must propagate as they are).
+
+    The only place grpclib, h2, socket and TLS failures turn into sepp errors.
+    """
+    if isinstance(exc, SeppError):
+        return exc
+    if isinstance(exc, GRPCError):
+        return _status_error(exc.status, exc.message or "", kind)
+    if isinstance(exc, asyncio.TimeoutError):
+        return _transport_error("deadline exceeded", Status.DEADLINE_EXCEEDED, True)
+    if isinstance(exc, StreamTerminatedError):
+        # The request may have reached the server before the connection went away.
+        return _transport_error(f"connection lost during the call: {exc}", Status.UNAVAILABLE, True)
+    if isinstance(exc, ssl.SSLError):
+        # Certificate or handshake trouble does not heal by retrying.
+        return _transport_error(f"TLS failure: {exc}", None, False)
+    if isinstance(exc, OSError):
+        return _transport_error(f"connection failed: {exc}", Status.UNAVAILABLE, False)
+    if isinstance(exc, (ProtocolError, h2.exceptions.ProtocolError)):
+        return _transport_error(f"HTTP/2 protocol error: {exc}", Status.UNAVAILABLE, True)
+    return None
+
+
+def is_retryable(error: SeppError, *, all_keyed: bool = True) -> bool:
+    """Whether the retry policy may try ``error``'s call again. Without idempotency keys
+    on every job, a call the server may have applied is not repeated."""
+    if not isinstance(error, ClientError) or error.code not in RETRYABLE_CODES:
+        return False
+    return all_keyed or not error.ambiguous

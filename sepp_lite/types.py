@@ -1,0 +1,442 @@
+"""Public value types: what producers send, what workers receive, what the server reports.
+
+These mirror sepp-py 0.1.0's ``sepp.types`` field for field, so code written for the
+official client runs unchanged; durations also accept float seconds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import enum
+import re
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
+
+from sepp_lite._time import Duration, as_timedelta
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+
+    from sepp_lite._lease import Lease
+
+__all__ = [
+    "DeadLetterCause",
+    "DeadLetterRecord",
+    "EnqueueAck",
+    "EnqueueRequest",
+    "Job",
+    "JobCtx",
+    "Payload",
+    "Primitive",
+    "Priority",
+    "PriorityOutOfRangeError",
+    "ReserveOptions",
+    "RetryDirective",
+    "RetryPolicy",
+    "ServerInfo",
+    "TraceContext",
+    "TraceContextError",
+]
+
+Primitive = Union[str, int, float, bool]
+"""A value of a job's ``custom`` map."""
+
+_DEFAULT_WAIT_TIMEOUT = timedelta(seconds=30)
+_UINT32_MAX = 0xFFFF_FFFF
+
+
+@dataclass(frozen=True)
+class Payload:
+    """A job's opaque body and the encoding hint that says how to read it.
+
+    The server requires non-empty ``data``; a job without a body uses ``payload=None``.
+    """
+
+    data: bytes
+    encoding: str
+
+
+class PriorityOutOfRangeError(ValueError):
+    """A priority outside ``0..=9``, or not an ``int`` (``bool`` is refused)."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+        super().__init__(f"priority must be an int from 0 to 9, got {value!r}")
+
+
+@dataclass(frozen=True, order=True)
+class Priority:
+    """A priority from 0 (lowest, the default) to 9 (served first)."""
+
+    value: int
+
+    MIN: ClassVar[Priority]
+    MAX: ClassVar[Priority]
+    P0: ClassVar[Priority]
+    P1: ClassVar[Priority]
+    P2: ClassVar[Priority]
+    P3: ClassVar[Priority]
+    P4: ClassVar[Priority]
+    P5: ClassVar[Priority]
+    P6: ClassVar[Priority]
+    P7: ClassVar[Priority]
+    P8: ClassVar[Priority]
+    P9: ClassVar[Priority]
+
+    def __post_init__(self) -> None:
+        value = self.value
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 9:
+            raise PriorityOutOfRangeError(value)
+
+    def __int__(self) -> int:
+        return self.value
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+PRIORITIES: tuple[Priority, ...] = tuple(Priority(i) for i in range(10))
+(
+    Priority.P0,
+    Priority.P1,
+    Priority.P2,
+    Priority.P3,
+    Priority.P4,
+    Priority.P5,
+    Priority.P6,
+    Priority.P7,
+    Priority.P8,
+    Priority.P9,
+) = PRIORITIES
+Priority.MIN = Priority.P0
+Priority.MAX = Priority.P9
+
+
+class TraceContextError(ValueError):
+    """A ``traceparent`` that is not a valid W3C trace-context header."""
+
+
+_TRACEPARENT = re.compile(r"[0-9a-fA-F]{2}-[0-9a-fA-F]{32}-[0-9a-fA-F]{16}-[0-9a-fA-F]{2}")
+_TRACEPARENT_PARTS = (("version", 2), ("trace_id", 32), ("span_id", 16), ("flags", 2))
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def traceparent_problem(traceparent: object) -> str | None:
+    """Why ``traceparent`` is invalid, or ``None`` when it is valid."""
+    if not isinstance(traceparent, str):
+        return f"traceparent must be a str, got {type(traceparent).__name__}"
+    if _TRACEPARENT.fullmatch(traceparent):
+        if traceparent[3:35].strip("0") == "":
+            return "trace_id must not be all zeros"
+        if traceparent[36:52].strip("0") == "":
+            return "span_id must not be all zeros"
+        return None
+    parts = traceparent.split("-")
+    if len(parts) != 4:
+        return f"expected 4 fields separated by '-', got {len(parts)}"
+    for (name, size), part in zip(_TRACEPARENT_PARTS, parts):
+        if len(part) != size or not _HEX.issuperset(part):
+            return f"{name} must be {size} hex characters, got {part!r}"
+    return "malformed"  # pragma: no cover - the regex and the split agree
+
+
+@dataclass(frozen=True)
+class TraceContext:
+    """A W3C trace context carried by a job from its producer to its worker.
+
+    The ``traceparent`` is checked on construction (``TraceContextError``). With the
+    ``otel`` extra, the client fills it in on enqueue and the worker links to it.
+    """
+
+    traceparent: str
+    tracestate: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        problem = traceparent_problem(self.traceparent)
+        if problem is not None:
+            raise TraceContextError(f"invalid traceparent: {problem}")
+        if self.tracestate is not None and not isinstance(self.tracestate, str):
+            raise TraceContextError("tracestate must be a str or None")
+
+    @classmethod
+    def from_current_otel(cls) -> TraceContext | None:
+        """The active OpenTelemetry span as a trace context, or ``None`` when there is
+        no valid span or OpenTelemetry is not installed."""
+        from sepp_lite import _otel
+
+        return _otel.trace_context_from_current()
+
+    def attach_to_otel(self) -> contextlib.AbstractContextManager[None]:
+        """A context manager that makes this the current OpenTelemetry context;
+        a no-op without OpenTelemetry."""
+        from sepp_lite import _otel
+
+        return _otel.attach_trace_context(self)
+
+    def otel_span_context(self) -> Any:
+        """This context as an OpenTelemetry ``SpanContext`` (for a span link), or
+        ``None`` when it is not valid or OpenTelemetry is not installed."""
+        from sepp_lite import _otel
+
+        return _otel.span_context_of(self)
+
+
+@dataclass
+class EnqueueRequest:
+    """One job to enqueue. ``queue`` and ``job_type`` are required; every other field
+    left as ``None`` stays off the wire, so the queue's server-side default applies.
+
+    ``priority`` takes a :class:`Priority` or an int from 0 to 9. ``scheduled_at`` holds
+    the job back until then (naive datetimes are read as UTC; instants before 1970 are
+    dropped, as sepp-py does). Custom values must be ``str``, ``int`` (64-bit),
+    ``float`` or ``bool``; they are checked when the request is sent, before any RPC.
+    """
+
+    queue: str
+    job_type: str
+    payload: Optional[Payload] = None
+    idempotency_key: Optional[str] = None
+    priority: Union[Priority, int, None] = None
+    max_attempts: Optional[int] = None
+    custom: Mapping[str, Primitive] = field(default_factory=dict)
+    trace_context: Optional[TraceContext] = None
+    scheduled_at: Optional[datetime] = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.queue, str) or not self.queue:
+            raise ValueError("queue must be a non-empty str")
+        if not isinstance(self.job_type, str) or not self.job_type:
+            raise ValueError("job_type must be a non-empty str")
+        if self.priority is not None and not isinstance(self.priority, Priority):
+            self.priority = Priority(self.priority)
+
+
+@dataclass(frozen=True)
+class EnqueueAck:
+    """An accepted job: its id and whether an idempotency key matched an existing job
+    (then ``job_id`` is that job's id and nothing new was created)."""
+
+    job_id: str
+    deduplicated: bool
+
+
+@dataclass
+class JobCtx:
+    """Everything about a reserved job but its payload, plus its lease.
+
+    ``lease_expires_at`` is the expiry granted at reserve time; :meth:`extend` returns
+    the new one.
+    """
+
+    id: str
+    queue: str
+    job_type: str
+    priority: Priority
+    attempt: int
+    max_attempts: int
+    enqueued_at: datetime
+    custom: dict[str, Primitive]
+    trace_context: Optional[TraceContext]
+    lease_expires_at: datetime
+    scheduled_at: Optional[datetime] = None
+    _lease: Optional[Lease] = field(default=None, repr=False, compare=False)
+
+    async def extend(self, extension: Duration) -> datetime:
+        """Extend this job's lease to ``extension`` from now and return the new expiry.
+
+        Raises :class:`~sepp_lite.errors.LeaseError` when the lease is gone, and
+        ``RuntimeError`` on a ctx that did not come from ``reserve``.
+        """
+        if self._lease is None:
+            raise RuntimeError("this JobCtx has no lease: it was not returned by reserve()")
+        return await self._lease.extend(extension)
+
+    def __str__(self) -> str:
+        return (
+            f"JobCtx(id={self.id}, job_type={self.job_type}, "
+            f"attempt={self.attempt}/{self.max_attempts}, priority={self.priority.value})"
+        )
+
+
+@dataclass
+class Job:
+    """A reserved job: its payload (``None`` when it has none) and its context."""
+
+    payload: Optional[Payload]
+    ctx: JobCtx
+
+
+@dataclass
+class ReserveOptions:
+    """What to reserve: queues polled in order, the lease to take, how long to wait.
+
+    ``lease_duration`` must be positive; ``wait_timeout`` (default 30 s) must not be
+    negative; ``max_jobs`` (default: the server's 1) must be at least 1.
+    """
+
+    queues: Sequence[str]
+    lease_duration: timedelta
+    wait_timeout: timedelta = _DEFAULT_WAIT_TIMEOUT
+    worker_id: Optional[str] = None
+    max_jobs: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.queues, str):
+            raise TypeError("queues must be a sequence of queue names, not a str")
+        self.queues = list(self.queues)
+        if not self.queues:
+            raise ValueError("queues must name at least one queue")
+        for index, queue in enumerate(self.queues):
+            if not isinstance(queue, str) or not queue:
+                raise ValueError(f"queue name at index {index} must be a non-empty str")
+        self.lease_duration = as_timedelta(self.lease_duration, "lease_duration", positive=True)
+        self.wait_timeout = as_timedelta(self.wait_timeout, "wait_timeout")
+        if self.worker_id is not None and (
+            not isinstance(self.worker_id, str) or not self.worker_id
+        ):
+            raise ValueError("worker_id must be a non-empty str when set")
+        if self.max_jobs is not None and (
+            type(self.max_jobs) is not int or not 1 <= self.max_jobs <= _UINT32_MAX
+        ):
+            raise ValueError(f"max_jobs must be an int of at least 1, got {self.max_jobs!r}")
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """The server's version and its global limits (a queue may override some)."""
+
+    version: str
+    supported_protocol_versions: list[str]
+    server_time: datetime
+    restricts_encodings: bool
+    allowed_encodings: list[str]
+    max_payload_bytes: int
+    max_custom_entries: int
+    max_custom_total_bytes: int
+    max_custom_key_bytes: int
+    max_queue_name_bytes: int
+    max_job_type_bytes: int
+    max_idempotency_key_bytes: int
+    max_schedule_horizon: timedelta
+    max_enqueue_batch: int
+    max_reserve_batch: int
+    max_reserve_queues: int
+    max_wait_timeout: timedelta
+    max_lease_duration: timedelta
+    strict_queues: bool
+    dead_letter_retention_enabled: bool
+
+
+class DeadLetterCause(enum.Enum):
+    """Why a job was dead-lettered. Unknown wire values read as ``UNSPECIFIED``."""
+
+    UNSPECIFIED = "unspecified"
+    ATTEMPTS_EXHAUSTED = "attempts_exhausted"
+    REJECTED = "rejected"
+    LEASE_EXPIRED = "lease_expired"
+    ADMIN = "admin"
+
+
+@dataclass(frozen=True)
+class DeadLetterRecord:
+    """A dead-lettered job as drained from the server, with why and when it failed."""
+
+    queue: str
+    job_id: str
+    job_type: str
+    payload: Optional[Payload]
+    priority: Priority
+    max_attempts: int
+    custom: dict[str, Primitive]
+    trace_context: Optional[TraceContext]
+    enqueued_at: datetime
+    scheduled_at: Optional[datetime]
+    cause: DeadLetterCause
+    failed_at: datetime
+    final_attempt: int
+    last_reason: Optional[str]
+
+    def to_enqueue_request(self) -> EnqueueRequest:
+        """A request that replays this job now, as a new job: same queue, type, payload,
+        priority, custom map and trace context; no idempotency key, no schedule, and
+        ``max_attempts`` 0 falls back to the queue default."""
+        return EnqueueRequest(
+            queue=self.queue,
+            job_type=self.job_type,
+            payload=self.payload,
+            priority=self.priority,
+            max_attempts=self.max_attempts or None,
+            custom=dict(self.custom),
+            trace_context=self.trace_context,
+        )
+
+
+@dataclass
+class RetryPolicy:
+    """How the client retries a failed RPC (not a failed job: see :class:`RetryDirective`).
+
+    Off by default (``max_attempts=1`` counts the first call). Retried: UNAVAILABLE,
+    DEADLINE_EXCEEDED, ABORTED, RESOURCE_EXHAUSTED and lost connections; never
+    ``reserve`` (a long poll) nor ``drain_dead_letters`` (destructive). An enqueue in
+    which some job has no idempotency key is not retried when the server may already
+    have committed it. Delay before retry n: ``initial_backoff * multiplier**(n-1)``,
+    capped at ``max_backoff`` from the second retry on, times a jitter in [0.5, 1).
+    ``max_attempts`` below 1 and ``multiplier`` below 1.0 are raised to those floors.
+    """
+
+    max_attempts: int = 1
+    initial_backoff: timedelta = timedelta(milliseconds=100)
+    max_backoff: timedelta = timedelta(seconds=10)
+    multiplier: float = 2.0
+    jitter: bool = True
+
+    def __post_init__(self) -> None:
+        self.max_attempts = max(1, int(self.max_attempts))
+        self.multiplier = max(1.0, float(self.multiplier))
+        self.initial_backoff = as_timedelta(self.initial_backoff, "initial_backoff")
+        self.max_backoff = as_timedelta(self.max_backoff, "max_backoff")
+
+
+_DIRECTIVE_KINDS = ("default", "after", "dead_letter")
+
+
+@dataclass(frozen=True)
+class RetryDirective:
+    """What the server does with a nacked job: ``default`` (the queue's retry policy),
+    ``after`` (retry no sooner than ``delay``) or ``dead_letter`` (no more attempts)."""
+
+    kind: str
+    delay: Optional[timedelta] = None
+
+    DEFAULT: ClassVar[RetryDirective]
+    DEAD_LETTER: ClassVar[RetryDirective]
+
+    def __post_init__(self) -> None:
+        if self.kind not in _DIRECTIVE_KINDS:
+            raise ValueError(f"kind must be one of {_DIRECTIVE_KINDS}, got {self.kind!r}")
+        if self.kind == "after":
+            if self.delay is None:
+                raise ValueError("an 'after' directive needs a delay")
+            object.__setattr__(self, "delay", as_timedelta(self.delay, "delay"))
+        elif self.delay is not None:
+            raise ValueError(f"a {self.kind!r} directive takes no delay")
+
+    @classmethod
+    def default(cls) -> RetryDirective:
+        """Retry under the queue's own policy (its delay and backoff)."""
+        return cls("default")
+
+    @classmethod
+    def after(cls, delay: Duration) -> RetryDirective:
+        """Retry, but not before ``delay`` (``timedelta`` or seconds) has passed."""
+        return cls("after", delay)  # type: ignore[arg-type]
+
+    @classmethod
+    def dead_letter(cls) -> RetryDirective:
+        """Stop retrying: dead-letter the job now."""
+        return cls("dead_letter")
+
+
+RetryDirective.DEFAULT = RetryDirective.default()
+RetryDirective.DEAD_LETTER = RetryDirective.dead_letter()
