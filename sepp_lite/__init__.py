@@ -7,6 +7,7 @@ The API is sepp-py 0.1.0's, so code written for the official client runs after
 from __future__ import annotations
 
 from sepp_lite._version import __version__
+from sepp_lite.client import SeppClient
 from sepp_lite.errors import (
     AttemptMismatchError,
     BatchResultCountMismatchError,
@@ -52,6 +53,7 @@ from sepp_lite.errors import (
     UnknownQueuesError,
     UnknownRejection,
 )
+from sepp_lite.shutdown import ShutdownHandle, shutdown_on_signals
 from sepp_lite.types import (
     DeadLetterCause,
     DeadLetterRecord,
@@ -70,6 +72,7 @@ from sepp_lite.types import (
     TraceContext,
     TraceContextError,
 )
+from sepp_lite.worker import DuplicateHandlerError, HandlerError, Worker
 
 __all__ = [
     "AttemptMismatchError",
@@ -83,10 +86,12 @@ __all__ = [
     "DeadLetterCause",
     "DeadLetterRecord",
     "DecodeError",
+    "DuplicateHandlerError",
     "EmptyBatchError",
     "EncodingNotAllowed",
     "EnqueueAck",
     "EnqueueRequest",
+    "HandlerError",
     "IdempotencyKeyTooLong",
     "InvalidApiKeyError",
     "InvalidRequest",
@@ -119,10 +124,12 @@ __all__ = [
     "RetryDirective",
     "RetryPolicy",
     "ScheduledTooFar",
+    "SeppClient",
     "SeppError",
     "ServerInfo",
     "ServerInfoError",
     "ServerInternalError",
+    "ShutdownHandle",
     "TraceContext",
     "TraceContextError",
     "TransportError",
@@ -131,5 +138,7 @@ __all__ = [
     "UnknownQueue",
     "UnknownQueuesError",
     "UnknownRejection",
+    "Worker",
     "__version__",
+    "shutdown_on_signals",
 ]

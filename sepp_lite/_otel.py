@@ -77,3 +77,113 @@ def span_context_of(tc: TraceContext) -> Any:
         return None
     span_context = otel_trace.get_current_span(_extract(tc)).get_span_context()
     return span_context if span_context.is_valid else None
+
+
+if AVAILABLE:
+    from opentelemetry.trace import SpanKind, Status, StatusCode
+
+    from sepp_lite._version import __version__
+
+    _TRACER = otel_trace.get_tracer("sepp_lite", __version__)
+
+
+@contextlib.contextmanager
+def client_span(name: str, attributes: dict[str, Any] | None = None) -> Iterator[Any]:
+    """A CLIENT span around one logical call (all its retries); yields the span (or
+    ``None`` without OpenTelemetry) so the caller can add attributes. An exception
+    escaping the block marks the span as an error."""
+    if not AVAILABLE:
+        yield None
+        return
+    with _TRACER.start_as_current_span(
+        name, kind=SpanKind.CLIENT, attributes=attributes, record_exception=True
+    ) as span:
+        yield span
+
+
+def call_metadata() -> tuple[tuple[str, str], ...]:
+    """``traceparent`` (and ``tracestate``) of the current context, for RPC metadata."""
+    headers = current_headers()
+    if headers is None:
+        return ()
+    traceparent, tracestate = headers
+    if tracestate:
+        return (("traceparent", traceparent), ("tracestate", tracestate))
+    return (("traceparent", traceparent),)
+
+
+def mark_error(span: Any, error: BaseException) -> None:
+    """Set ERROR status on ``span`` for a failure handled without an exception escaping."""
+    if span is not None:
+        span.set_status(Status(StatusCode.ERROR, str(error)))
+
+
+@contextlib.contextmanager
+def consumer_span(job_id: str, job_type: str, attempt: int, producer: Any) -> Iterator[Any]:
+    """The CONSUMER span ``sepp.process`` around one job's handler and its ack/nack,
+    linked (not parented) to the producer's span when the job carries a valid trace
+    context. Yields the span, or ``None`` without OpenTelemetry."""
+    if not AVAILABLE:
+        yield None
+        return
+    links = []
+    if producer is not None:
+        span_context = span_context_of(producer)
+        if span_context is not None:
+            links.append(otel_trace.Link(span_context))
+    attributes: dict[str, Any] = {
+        "sepp.job_id": job_id,
+        "sepp.job_type": job_type,
+        "sepp.attempt": attempt,
+    }
+    with _TRACER.start_as_current_span(
+        "sepp.process", kind=SpanKind.CONSUMER, links=links, attributes=attributes
+    ) as span:
+        yield span
+
+
+class WorkerMetrics:
+    """sepp-py's worker instruments (meter ``sepp``), or no-ops without OpenTelemetry."""
+
+    def __init__(self) -> None:
+        self.enabled = AVAILABLE
+        if not AVAILABLE:
+            return
+        from opentelemetry import metrics
+
+        meter = metrics.get_meter("sepp", __version__)
+        self._processed = meter.create_counter(
+            "sepp.jobs.processed", description="Jobs handled and acked."
+        )
+        self._nacked = meter.create_counter(
+            "sepp.jobs.nacked", description="Jobs nacked after a handler failure, by outcome."
+        )
+        self._in_flight = meter.create_up_down_counter(
+            "sepp.jobs.in_flight", description="Jobs whose handlers are running."
+        )
+        self._completed = meter.create_counter(
+            "sepp.reserves.completed", description="Reserve calls answered, by jobs=some|empty."
+        )
+        self._failed = meter.create_counter(
+            "sepp.reserves.failed", description="Reserve calls that failed."
+        )
+
+    def processed(self) -> None:
+        if self.enabled:
+            self._processed.add(1)
+
+    def nacked(self, dead_lettered: bool) -> None:
+        if self.enabled:
+            self._nacked.add(1, {"outcome": "dead_letter" if dead_lettered else "retry"})
+
+    def in_flight(self, delta: int) -> None:
+        if self.enabled:
+            self._in_flight.add(delta)
+
+    def reserve_completed(self, empty: bool) -> None:
+        if self.enabled:
+            self._completed.add(1, {"jobs": "empty" if empty else "some"})
+
+    def reserve_failed(self) -> None:
+        if self.enabled:
+            self._failed.add(1)

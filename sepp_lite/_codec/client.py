@@ -50,6 +50,7 @@ from sepp_lite.types import (
     Primitive,
     Priority,
     ReserveOptions,
+    ServerInfo,
     TraceContext,
     traceparent_problem,
 )
@@ -83,9 +84,14 @@ def _primitive_body(key: str, value: object) -> bytes:
         return b"\x18" + svarint64(check_int64(value, f"custom[{key!r}]"))  # type: ignore[arg-type]
     if cls is float:
         return field_double(b"\x11", value)  # type: ignore[arg-type]
-    if isinstance(value, (str, bool, int, float)):  # subclasses: use the base type
-        base = next(t for t in (str, bool, int, float) if isinstance(value, t))
-        return _primitive_body(key, base(value))
+    # Subclasses (str/int enums, numpy-like scalars) are sent as their base value; for a
+    # str subclass that is its characters, not its __str__ (Enum's is "Cls.NAME").
+    if isinstance(value, str):
+        return _primitive_body(key, str.__str__(value))
+    if isinstance(value, int):
+        return _primitive_body(key, int(value))
+    if isinstance(value, float):
+        return _primitive_body(key, float(value))
     raise TypeError(f"custom[{key!r}] must be str, int, float or bool, got {type(value).__name__}")
 
 
@@ -96,7 +102,7 @@ _CACHE_MAX = 4096
 _QUEUE_FIELDS: dict[str, bytes] = {}
 _TYPE_FIELDS: dict[str, bytes] = {}
 _ENCODING_FIELDS: dict[str, bytes] = {}
-_ENTRY_FIELDS: dict[tuple[str, object, type], bytes] = {}
+_ENTRY_FIELDS: dict[tuple[bytes, str, object, type], bytes] = {}
 
 
 def _cached_str_field(cache: dict[str, bytes], tag: bytes, value: str) -> bytes:
@@ -121,7 +127,7 @@ def custom_fields(tag: bytes, custom: Mapping[str, Primitive]) -> bytes:
         if cls is float:  # -0.0 == 0.0: equal keys, different bytes; never cached
             out.append(_entry_field(tag, key, value))
             continue
-        cache_key = (key, value, cls)
+        cache_key = (tag, key, value, cls)
         encoded = _ENTRY_FIELDS.get(cache_key)
         if encoded is None:
             encoded = _entry_field(tag, key, value)
@@ -238,7 +244,10 @@ def encode_reserve(opts: ReserveOptions, max_jobs: int | None = None) -> bytes:
 
 
 def _fence(job_id: str, attempt: int) -> bytes:
+    if not isinstance(job_id, str):
+        raise TypeError(f"job_id must be a str, got {type(job_id).__name__}")
     head = field_str(b"\x0a", job_id) if job_id else b""
+    attempt = check_uint32(attempt, "attempt")
     return head + field_uint(b"\x10", attempt) if attempt else head
 
 
@@ -602,17 +611,18 @@ def _enqueue_response(data: bytes, pos: int, stop: int) -> EnqueueAck:
 
 
 def _fields_of(data: bytes, pos: int, stop: int) -> dict[int, object]:
-    """Decode a small message generically: field number -> last value (LEN fields as
-    (start, stop) spans, varints as ints, fixed-width as raw bytes)."""
+    """Decode a small message generically: tag -> last value (length-delimited fields as
+    (start, stop) spans, varints as ints). Keyed by tag, not field number, so a field
+    sent with an unexpected wire type is ignored, as protobuf does."""
     fields: dict[int, object] = {}
     while pos < stop:
         tag, pos = read_tag(data, pos)
-        number, wire_type = tag >> 3, tag & 7
+        wire_type = tag & 7
         if wire_type == 2:
             start, pos = read_len(data, pos, stop)
-            fields[number] = (start, pos)
+            fields[tag] = (start, pos)
         elif wire_type == VARINT:
-            fields[number], pos = read_varint(data, pos)
+            fields[tag], pos = read_varint(data, pos)
         else:
             pos = skip_field(data, pos, stop, tag)
     _end_check(pos, stop)
@@ -645,8 +655,8 @@ def _span_strs(data: bytes, pos: int, stop: int, tag_wanted: int) -> tuple[str, 
 
 
 def _limit_actual(fields: dict[int, object], limit: int = 1, actual: int = 2) -> tuple[int, int]:
-    lim = fields.get(limit, 0)
-    act = fields.get(actual, 0)
+    lim = fields.get(limit << 3, 0)
+    act = fields.get(actual << 3, 0)
     if not isinstance(lim, int) or not isinstance(act, int):
         return 0, 0
     return lim, act
@@ -691,7 +701,9 @@ def _rejection_variant(number: int, data: bytes, pos: int, stop: int) -> errors.
     if number == 7:
         fields = _fields_of(data, pos, stop)
         limit, actual = _limit_actual(fields, 2, 3)
-        return errors.CustomKeyTooLong(_span_str(data, fields.get(1)), limit & 0xFFFF_FFFF, actual)
+        return errors.CustomKeyTooLong(
+            _span_str(data, fields.get(0x0A)), limit & 0xFFFF_FFFF, actual
+        )
     if number in (8, 9, 10):
         limit, actual = _varint_pair(data, pos, stop, narrow=False)
         cls2 = {
@@ -710,9 +722,9 @@ def _other_variant(number: int, data: bytes, pos: int, stop: int) -> errors.JobR
         return errors.InvalidRequest(_span_strs(data, pos, stop, 0)[0])
     if number == 13:
         fields = _fields_of(data, pos, stop)
-        limit = fields.get(2, 0)
+        limit = fields.get(0x10, 0)
         return errors.QueueFull(
-            _span_str(data, fields.get(1)), limit if isinstance(limit, int) else 0
+            _span_str(data, fields.get(0x0A)), limit if isinstance(limit, int) else 0
         )
     if number == 14:
         return errors.QueueClosing(_span_strs(data, pos, stop, 0)[0])
@@ -813,7 +825,7 @@ def decode_ack(data: bytes) -> str:
     """``AckResponse``: the job id."""
 
     def decode(raw: bytes) -> str:
-        return _span_str(raw, _simple(raw).get(1))
+        return _span_str(raw, _simple(raw).get(0x0A))
 
     return guarded("AckResponse", decode, data)
 
@@ -823,7 +835,7 @@ def decode_nack(data: bytes) -> tuple[str, bool]:
 
     def decode(raw: bytes) -> tuple[str, bool]:
         fields = _simple(raw)
-        return _span_str(raw, fields.get(1)), bool(fields.get(2, 0))
+        return _span_str(raw, fields.get(0x0A)), bool(fields.get(0x10, 0))
 
     return guarded("NackResponse", decode, data)
 
@@ -834,11 +846,11 @@ def decode_extend(data: bytes) -> tuple[str, Optional[datetime]]:
 
     def decode(raw: bytes) -> tuple[str, Optional[datetime]]:
         fields = _simple(raw)
-        expiry = fields.get(2)
+        expiry = fields.get(0x12)
         when = None
         if isinstance(expiry, tuple):
             when = _timestamp(raw, *expiry)
-        return _span_str(raw, fields.get(1)), when
+        return _span_str(raw, fields.get(0x0A)), when
 
     return guarded("ExtendResponse", decode, data)
 
@@ -909,3 +921,86 @@ def decode_drain(
         except errors.JobConversionError as problem:
             problems.append(problem)
     return records, problems
+
+
+# ---------------------------------------------------------------------------------------
+# GetServerInfoResponse
+
+# Field numbers of the GetServerInfoResponse fields that are plain numbers or bools.
+_INFO_NUMBERS = {
+    6: "max_payload_bytes",
+    7: "max_custom_entries",
+    8: "max_custom_total_bytes",
+    9: "max_custom_key_bytes",
+    10: "max_queue_name_bytes",
+    11: "max_job_type_bytes",
+    12: "max_idempotency_key_bytes",
+    14: "max_enqueue_batch",
+    15: "max_reserve_batch",
+    16: "max_reserve_queues",
+}
+_INFO_FLAGS = {4: "restricts_encodings", 19: "strict_queues", 20: "dead_letter_retention_enabled"}
+_INFO_DURATIONS = {13: "max_schedule_horizon", 17: "max_wait_timeout", 18: "max_lease_duration"}
+_UINT32_FIELDS = frozenset({7, 9, 10, 11, 12, 14, 15, 16})
+
+
+def _server_info_fields(data: bytes) -> dict[str, object]:
+    values: dict[str, object] = {
+        "version": "",
+        "supported_protocol_versions": [],
+        "server_time": _MISSING,
+        "allowed_encodings": [],
+        **{name: 0 for name in _INFO_NUMBERS.values()},
+        **{name: False for name in _INFO_FLAGS.values()},
+        **{name: timedelta(0) for name in _INFO_DURATIONS.values()},
+    }
+    pos, end = 0, len(data)
+    while pos < end:
+        tag, pos = read_tag(data, pos)
+        number = tag >> 3
+        if tag & 7 == VARINT and (number in _INFO_NUMBERS or number in _INFO_FLAGS):
+            raw, pos = read_varint(data, pos)
+            if number in _INFO_FLAGS:
+                values[_INFO_FLAGS[number]] = raw != 0
+            else:
+                values[_INFO_NUMBERS[number]] = (
+                    raw & 0xFFFF_FFFF if number in _UINT32_FIELDS else raw
+                )
+        elif tag & 7 == 2 and number in (1, 2, 3, 5, 13, 17, 18):
+            start, pos = read_len(data, pos, end)
+            _server_info_span(values, number, data, start, pos)
+        else:
+            pos = skip_field(data, pos, end, tag)
+    return values
+
+
+def _server_info_span(
+    values: dict[str, object], number: int, data: bytes, start: int, stop: int
+) -> None:
+    if number == 1:
+        values["version"] = data[start:stop].decode()
+    elif number in (2, 5):
+        key = "supported_protocol_versions" if number == 2 else "allowed_encodings"
+        values[key].append(data[start:stop].decode())  # type: ignore[attr-defined]
+    elif number == 3:
+        values["server_time"] = to_datetime(*read_seconds_nanos(data, start, stop))
+    else:
+        # Durations: an unset one reads as zero and a negative one is clamped to zero.
+        duration = to_timedelta(*read_seconds_nanos(data, start, stop))
+        values[_INFO_DURATIONS[number]] = max(duration, timedelta(0))
+
+
+def decode_server_info(data: bytes) -> ServerInfo:
+    """``GetServerInfoResponse``; raise :class:`~sepp_lite.errors.MalformedServerInfoError`
+    when the version is empty or the server time is unset or not representable."""
+    values = guarded("GetServerInfoResponse", _server_info_fields, data)
+    problem = None
+    if not values["version"]:
+        problem = "server_version is empty"
+    elif values["server_time"] is _MISSING:
+        problem = "server_time is unset"
+    elif values["server_time"] is None:
+        problem = "server_time is not a representable time"
+    if problem is not None:
+        raise errors.MalformedServerInfoError(errors.ServerInfoError(problem))
+    return ServerInfo(**values)  # type: ignore[arg-type]

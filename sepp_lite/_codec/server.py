@@ -7,6 +7,7 @@ Decoders raise only :class:`~sepp_lite.errors.DecodeError` on bad bytes.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Callable, Optional, Union
 
 from sepp_lite import errors
@@ -14,6 +15,7 @@ from sepp_lite._codec._wire import (
     LEN,
     VARINT,
     as_int64,
+    datetime_body,
     field_bytes,
     field_str,
     field_uint,
@@ -27,10 +29,12 @@ from sepp_lite._codec._wire import (
     seconds_nanos_body,
     skip_field,
     timedelta_body,
+    uvarint,
 )
 from sepp_lite._codec.client import custom_fields
 from sepp_lite._time import EPOCH
 from sepp_lite.errors import DecodeError
+from sepp_lite.types import ServerInfo
 
 SecondsNanos = tuple[int, int]
 Trace = tuple[str, Optional[str]]
@@ -46,6 +50,8 @@ def _fields(data: bytes, pos: int, stop: int) -> list[tuple[int, int, int]]:
     out = []
     while pos < stop:
         tag, pos = read_tag(data, pos)
+        if tag < 8:
+            raise DecodeError("field number 0 is not valid")
         wire_type = tag & 7
         if wire_type == LEN:
             start, pos = read_len(data, pos, stop)
@@ -437,8 +443,13 @@ def _rejection_member(r: errors.JobRejection) -> tuple[int, bytes]:  # noqa: C90
     if isinstance(r, errors.IdempotencyKeyTooLong):
         return 10, _limit_actual(r.limit, r.actual)
     if isinstance(r, errors.ScheduledTooFar):
-        delta = r.actual - EPOCH
-        actual = seconds_nanos_body(delta.days * 86_400 + delta.seconds, delta.microseconds * 1000)
+        if isinstance(r, RawScheduledTooFar):
+            actual = seconds_nanos_body(*r.wire_actual)
+        else:
+            delta = r.actual - EPOCH
+            actual = seconds_nanos_body(
+                delta.days * 86_400 + delta.seconds, delta.microseconds * 1000
+            )
         return 11, field_bytes(b"\x0a", timedelta_body(r.horizon)) + field_bytes(b"\x12", actual)
     if isinstance(r, errors.InvalidRequest):
         return 12, _opt_str(b"\x0a", r.detail)
@@ -447,6 +458,16 @@ def _rejection_member(r: errors.JobRejection) -> tuple[int, bytes]:  # noqa: C90
     if isinstance(r, errors.QueueClosing):
         return 14, _opt_str(b"\x0a", r.queue)
     return 0, b""
+
+
+@dataclass(frozen=True)
+class RawScheduledTooFar(errors.ScheduledTooFar):
+    """A ``ScheduledTooFar`` that echoes the request's Timestamp verbatim: the server
+    returns it as received, which a ``datetime`` cannot always hold (nanoseconds,
+    years past 9999)."""
+
+    wire_actual: tuple[int, int] = (0, 0)
+    """The request's ``scheduled_at`` as ``(seconds, nanos)``."""
 
 
 EnqueueOutcome = Union[tuple[str, bool], errors.JobRejection]
@@ -526,4 +547,39 @@ def encode_drain(records: Iterable[DeadLetterOut]) -> bytes:
         if record.last_reason is not None:
             body += field_str(b"\x2a", record.last_reason)
         parts.append(field_bytes(b"\x0a", body))
+    return b"".join(parts)
+
+
+def _repeated_strs(tag: bytes, items: Iterable[str]) -> bytes:
+    return b"".join(field_str(tag, item) for item in items)
+
+
+def encode_server_info(info: ServerInfo) -> bytes:
+    """``GetServerInfoResponse``; fields at their zero value are left out, as protobuf
+    encoders do, except the three Durations and the server time, always written."""
+    parts = [
+        _opt_str(b"\x0a", info.version),
+        _repeated_strs(b"\x12", info.supported_protocol_versions),
+        field_bytes(b"\x1a", datetime_body(info.server_time)),
+        b"\x20\x01" if info.restricts_encodings else b"",
+        _repeated_strs(b"\x2a", info.allowed_encodings),
+    ]
+    numbers = (
+        (6, info.max_payload_bytes),
+        (7, info.max_custom_entries),
+        (8, info.max_custom_total_bytes),
+        (9, info.max_custom_key_bytes),
+        (10, info.max_queue_name_bytes),
+        (11, info.max_job_type_bytes),
+        (12, info.max_idempotency_key_bytes),
+        (14, info.max_enqueue_batch),
+        (15, info.max_reserve_batch),
+        (16, info.max_reserve_queues),
+    )
+    parts += [field_uint(uvarint(number << 3), value) for number, value in numbers if value]
+    parts.append(field_bytes(b"\x6a", timedelta_body(info.max_schedule_horizon)))
+    parts.append(field_bytes(b"\x8a\x01", timedelta_body(info.max_wait_timeout)))
+    parts.append(field_bytes(b"\x92\x01", timedelta_body(info.max_lease_duration)))
+    parts.append(b"\x98\x01\x01" if info.strict_queues else b"")
+    parts.append(b"\xa0\x01\x01" if info.dead_letter_retention_enabled else b"")
     return b"".join(parts)

@@ -1,0 +1,175 @@
+"""One benchmark workload with one client, in this process; prints a JSON line.
+
+The same code drives sepp-py and sepp_lite (same API): ``--client sepp`` imports the
+official client, ``--client sepp_lite`` this project. Client CPU is
+``time.process_time()`` over the measured phase (all threads, so grpcio's count too).
+
+    python bench/workloads.py --client sepp_lite --addr 127.0.0.1:50051 --workload batch
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import json
+import os
+import statistics
+import sys
+import time
+import uuid
+from datetime import timedelta
+from typing import Any
+
+PAYLOAD = bytes(range(256))
+
+
+def rss_kib() -> int:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def request(sepp: Any, queue: str, index: int) -> Any:
+    return sepp.EnqueueRequest(
+        queue,
+        "bench",
+        payload=sepp.Payload(PAYLOAD, "application/octet-stream"),
+        idempotency_key=f"k-{uuid.uuid4().hex}",
+        priority=index % 10,
+        custom={"tenant": "acme", "seq": index},
+    )
+
+
+async def batch(sepp: Any, client: Any, jobs: int) -> dict[str, float]:
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    batches = [[request(sepp, queue, i) for i in range(256)] for _ in range(max(1, jobs // 256))]
+    await client.enqueue_batch(batches[0])  # warm-up
+    cpu, wall = time.process_time(), time.perf_counter()
+    for jobs_ in batches[1:]:
+        await client.enqueue_batch(jobs_)
+    done = 256 * (len(batches) - 1)
+    return _result(cpu, wall, done)
+
+
+async def concurrent_enqueue(sepp: Any, client: Any, jobs: int) -> dict[str, float]:
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    per_caller = max(1, jobs // 16)
+    requests = [[request(sepp, queue, i) for i in range(per_caller)] for _ in range(16)]
+    await client.enqueue(request(sepp, queue, 0))
+
+    async def caller(items: list[Any]) -> None:
+        for item in items:
+            await client.enqueue(item)
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(caller(items) for items in requests))
+    return _result(cpu, wall, per_caller * 16)
+
+
+async def _fill(sepp: Any, client: Any, queue: str, jobs: int) -> None:
+    for start in range(0, jobs, 256):
+        await client.enqueue_batch(
+            [sepp.EnqueueRequest(queue, "bench", payload=sepp.Payload(PAYLOAD, "raw"))
+             for _ in range(min(256, jobs - start))]
+        )  # fmt: skip
+
+
+async def reserve_ack(sepp: Any, client: Any, jobs: int) -> dict[str, float]:
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    await _fill(sepp, client, queue, jobs + 32)
+    opts = sepp.ReserveOptions([queue], timedelta(seconds=60), timedelta(seconds=1), max_jobs=32)
+    for job in await client.reserve(opts) or []:  # warm-up
+        await client.ack(job.ctx)
+    cpu, wall = time.process_time(), time.perf_counter()
+    done = 0
+    while done < jobs:
+        reserved = await client.reserve(opts)
+        if not reserved:
+            break
+        for job in reserved:
+            await client.ack(job.ctx)
+        done += len(reserved)
+    return _result(cpu, wall, done)
+
+
+async def worker(sepp: Any, client: Any, jobs: int) -> dict[str, float]:
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    await _fill(sepp, client, queue, jobs)
+    done = 0
+    worker_ = sepp.Worker(client, [queue], timedelta(seconds=60), max_in_flight=64)
+    handle = worker_.shutdown_handle()
+
+    @worker_.handler("bench")
+    async def noop(payload: Any, ctx: Any) -> None:
+        nonlocal done
+        done += 1
+        if done == jobs:
+            handle.shutdown()
+
+    cpu, wall = time.process_time(), time.perf_counter()
+    await asyncio.wait_for(worker_.run(), 600)
+    return _result(cpu, wall, done)
+
+
+async def small_call(sepp: Any, client: Any, calls: int) -> dict[str, float]:
+    for _ in range(50):
+        await client.get_server_info()
+    latencies = []
+    cpu, wall = time.process_time(), time.perf_counter()
+    for _ in range(calls):
+        start = time.perf_counter()
+        await client.get_server_info()
+        latencies.append((time.perf_counter() - start) * 1e6)
+    result = _result(cpu, wall, calls)
+    latencies.sort()
+    result["p50_us"] = statistics.median(latencies)
+    result["p99_us"] = latencies[int(len(latencies) * 0.99) - 1]
+    return result
+
+
+def _result(cpu: float, wall: float, done: int) -> dict[str, float]:
+    cpu = time.process_time() - cpu
+    wall = time.perf_counter() - wall
+    return {
+        "jobs": done,
+        "cpu_us_per_job": cpu / max(done, 1) * 1e6,
+        "jobs_per_cpu_s": done / cpu if cpu else 0.0,
+        "wall_s": wall,
+    }
+
+
+WORKLOADS = {
+    "batch": batch,
+    "enqueue16": concurrent_enqueue,
+    "reserve_ack": reserve_ack,
+    "worker": worker,
+    "small_call": small_call,
+}
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    sepp = importlib.import_module(args.client)
+    client = await sepp.SeppClient.connect(args.addr)
+    try:
+        result = await WORKLOADS[args.workload](sepp, client, args.jobs)
+        result["rss_kib"] = rss_kib()
+        return result
+    finally:
+        await client.close()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--client", choices=["sepp", "sepp_lite"], required=True)
+    parser.add_argument("--addr", required=True)
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), required=True)
+    parser.add_argument("--jobs", type=int, default=5000)
+    arguments = parser.parse_args()
+    if arguments.client == "sepp_lite":
+        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    outcome = asyncio.run(main(arguments))
+    outcome.update(client=arguments.client, workload=arguments.workload)
+    print(json.dumps(outcome))

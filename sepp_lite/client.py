@@ -1,0 +1,440 @@
+"""SeppClient: one short coroutine per RPC, with sepp-py 0.1.0's API.
+
+Producer: validate -> encode (``_codec``) -> one retry loop (``_retry``) -> grpclib
+(``_transport``). Consumer: ``reserve`` hands out jobs bound to a :class:`Lease`;
+``ack``/``nack``/``extend`` settle or keep them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+from typing import Any, Optional
+
+from grpclib.client import Channel
+
+from sepp_lite import _codec, _otel, errors
+from sepp_lite._codec import client as codec
+from sepp_lite._lease import Lease
+from sepp_lite._retry import call_with_retry
+from sepp_lite._time import Duration, as_timedelta
+from sepp_lite._transport import (
+    DEFAULT_MAX_RECEIVE,
+    Keepalive,
+    Transport,
+    bearer_metadata,
+    channel_config,
+    parse_address,
+    tls_context,
+)
+from sepp_lite.types import (
+    DeadLetterRecord,
+    EnqueueAck,
+    EnqueueRequest,
+    Job,
+    JobCtx,
+    ReserveOptions,
+    RetryDirective,
+    RetryPolicy,
+    ServerInfo,
+)
+
+__all__ = ["Lease", "RetryDirective", "RetryPolicy", "SeppClient"]
+
+logger = logging.getLogger("sepp_lite")
+
+_DEFAULT_CONNECT_TIMEOUT = timedelta(seconds=5)
+_DEFAULT_RPC_TIMEOUT = timedelta(seconds=30)
+# A reserve's deadline is its long-poll wait plus this much, so the client never gives
+# up before the server's own wait window ends.
+_RESERVE_SLACK_S = 10.0
+
+assert _codec  # the package docstring documents the codec's layout
+
+
+class SeppClient:
+    """An asyncio client for one sepp server; every RPC method is a coroutine.
+
+    Create one with :meth:`connect` (address, auth, TLS, retries, limits) or wrap a
+    grpclib ``Channel`` with :meth:`from_channel`; close it with :meth:`close` or use
+    ``async with``. Durations accept ``timedelta`` or float seconds.
+    """
+
+    def __init__(
+        self,
+        channel: Channel,
+        retry_policy: RetryPolicy | None = None,
+        auth_metadata: Iterable[tuple[str, str]] | None = None,
+        rpc_timeout: Duration = _DEFAULT_RPC_TIMEOUT,
+        *,
+        max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE,
+    ) -> None:
+        self._rpc_timeout = as_timedelta(rpc_timeout, "rpc_timeout", positive=True).total_seconds()
+        self._retry_policy = retry_policy or RetryPolicy()
+        metadata = tuple((str(key), str(value)) for key, value in (auth_metadata or ()))
+        self._auth = bool(metadata)
+        self._tls = channel._ssl is not None  # grpclib keeps the SSL context it was given
+        self._transport = Transport(
+            channel, metadata=metadata, max_receive=max_receive_message_bytes, label=_label(channel)
+        )
+        self._server_info: ServerInfo | None = None
+
+    @classmethod
+    async def connect(
+        cls,
+        addr: str,
+        *,
+        api_key: str | None = None,
+        retry_policy: RetryPolicy | None = None,
+        tls: bool = False,
+        tls_ca_cert: bytes | None = None,
+        tls_domain: str | None = None,
+        credentials: ssl.SSLContext | None = None,
+        connect_timeout: Duration = _DEFAULT_CONNECT_TIMEOUT,
+        rpc_timeout: Duration = _DEFAULT_RPC_TIMEOUT,
+        max_receive_message_bytes: int | None = None,
+        keepalive_time: Duration = 30.0,
+        keepalive_timeout: Duration = 10.0,
+    ) -> SeppClient:
+        """Connect to the server at ``addr`` and return a ready client.
+
+        ``addr`` is ``host:port``, ``http://host:port`` (plaintext) or
+        ``https://host[:port]`` (TLS). TLS is also on with ``tls=True`` (system roots),
+        ``tls_ca_cert`` (PEM bytes of a private CA), ``tls_domain`` (the name the
+        server's certificate must carry) or ``credentials`` (your own
+        ``ssl.SSLContext``, used as given apart from ALPN ``h2``). ``api_key`` is sent
+        as ``authorization: Bearer <key>`` on every call.
+
+        ``max_receive_message_bytes`` defaults to 16 MiB (sepp-py leaves grpc's 4 MiB,
+        which can strand leased jobs on a large reserve). ``keepalive_time`` and
+        ``keepalive_timeout`` (sepp_lite additions) tune the HTTP/2 pings that detect a
+        dead server: every 30 s, 10 s to answer.
+
+        Raises :class:`~sepp_lite.errors.ConnectError` when the server cannot be
+        reached within ``connect_timeout``, and
+        :class:`~sepp_lite.errors.InvalidApiKeyError` for a key that cannot be a
+        header value; ``ValueError`` for a malformed address or option.
+        """
+        target = parse_address(addr)
+        metadata = bearer_metadata(api_key)
+        use_tls = bool(tls or target.tls or tls_ca_cert or tls_domain or credentials)
+        if metadata and not use_tls:
+            logger.warning(
+                "an API key is configured without TLS: it will cross the network in plaintext"
+            )
+        keepalive = Keepalive(
+            as_timedelta(keepalive_time, "keepalive_time", positive=True).total_seconds(),
+            as_timedelta(keepalive_timeout, "keepalive_timeout", positive=True).total_seconds(),
+        )
+        receive_limit = _receive_limit(max_receive_message_bytes)
+        timeout = as_timedelta(connect_timeout, "connect_timeout", positive=True).total_seconds()
+        context = _client_tls(use_tls, tls_ca_cert, credentials)
+        channel = Channel(
+            target.host,
+            target.port,
+            path=target.path,
+            ssl=context,
+            config=channel_config(keepalive, tls_domain),
+        )
+        client = cls(
+            channel, retry_policy, metadata, rpc_timeout, max_receive_message_bytes=receive_limit
+        )
+        client._transport.label = addr
+        await client._transport.connect(timeout)
+        logger.info(
+            "connected to the sepp server at %s (tls=%s, auth=%s)", addr, use_tls, bool(metadata)
+        )
+        return client
+
+    @classmethod
+    def from_channel(
+        cls,
+        channel: Channel,
+        *,
+        retry_policy: RetryPolicy | None = None,
+        rpc_timeout: Duration = _DEFAULT_RPC_TIMEOUT,
+    ) -> SeppClient:
+        """Wrap an existing grpclib ``Channel`` (no auth is sent)."""
+        return cls(channel, retry_policy=retry_policy, rpc_timeout=rpc_timeout)
+
+    async def close(self) -> None:
+        """Close the connection; calls made afterwards raise ``RuntimeError``."""
+        self._transport.close()
+
+    async def __aenter__(self) -> SeppClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"SeppClient({self._transport.label!r}, tls={self._tls}, auth={self._auth})"
+
+    @property
+    def server_info(self) -> ServerInfo | None:
+        """The answer of the last :meth:`get_server_info` call on this client, if any."""
+        return self._server_info
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    async def _rpc(
+        self,
+        method: str,
+        request: bytes,
+        *,
+        kind: str = "generic",
+        retry: bool = True,
+        all_keyed: bool = True,
+        timeout: float | None = None,
+    ) -> bytes:
+        """One logical call: a deadline for all its attempts, retried per the policy."""
+        seconds = self._rpc_timeout if timeout is None else timeout
+        deadline_at = asyncio.get_running_loop().time() + seconds
+        transport = self._transport
+        if not retry or self._retry_policy.max_attempts <= 1:
+            trace = _otel.call_metadata() if _otel.AVAILABLE else ()
+            return await transport.unary(method, request, deadline_at, trace, kind, seconds)
+
+        async def attempt() -> bytes:
+            trace = _otel.call_metadata() if _otel.AVAILABLE else ()
+            return await transport.unary(method, request, deadline_at, trace, kind, seconds)
+
+        return await call_with_retry(
+            method, attempt, self._retry_policy, deadline_at, all_keyed=all_keyed
+        )
+
+    # -- producing --------------------------------------------------------------------
+
+    async def enqueue_batch(
+        self, jobs: Iterable[EnqueueRequest]
+    ) -> list[EnqueueAck | errors.JobRejection]:
+        """Enqueue jobs best-effort: one result per job, in order, an
+        :class:`~sepp_lite.types.EnqueueAck` or a
+        :class:`~sepp_lite.errors.JobRejection` value.
+
+        Every job is checked and encoded before anything is sent (``TypeError`` or
+        ``ValueError`` for a bad one); no jobs raise
+        :class:`~sepp_lite.errors.EmptyBatchError`. Whole-call failures raise a
+        :class:`~sepp_lite.errors.ClientError`. Retried per the policy, except that when
+        some job has no idempotency key, failures the server may have applied are not
+        retried (a retry could duplicate it).
+        """
+        batch = list(jobs)
+        if not batch:
+            raise errors.EmptyBatchError()
+        with _otel.client_span("sepp.enqueue", {"sepp.batch_size": len(batch)}):
+            request = codec.encode_enqueue_batch(batch, _injected_trace())
+            data = await self._rpc("EnqueueBatch", request, all_keyed=_all_keyed(batch))
+        results = codec.decode_enqueue_batch(data)
+        if len(results) != len(batch):
+            raise errors.BatchResultCountMismatchError(len(batch), len(results))
+        if None in results:
+            raise errors.MalformedResponseError("a job result in EnqueueBatch sets no outcome")
+        return results  # type: ignore[return-value]
+
+    async def enqueue(self, job: EnqueueRequest) -> EnqueueAck:
+        """Enqueue one job; raise :class:`~sepp_lite.errors.JobRejectedError` when the
+        server refuses it (otherwise as :meth:`enqueue_batch`)."""
+        result = (await self.enqueue_batch([job]))[0]
+        if isinstance(result, errors.JobRejection):
+            raise errors.JobRejectedError(result)
+        return result
+
+    async def enqueue_atomic(self, jobs: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
+        """Enqueue all jobs or none: on success one ack per job, in order; if any job is
+        refused nothing is written and :class:`~sepp_lite.errors.BatchValidationError`
+        lists every refusal with its index. Checks and retries as
+        :meth:`enqueue_batch`."""
+        batch = list(jobs)
+        if not batch:
+            raise errors.EmptyBatchError()
+        with _otel.client_span("sepp.enqueue_atomic", {"sepp.batch_size": len(batch)}):
+            request = codec.encode_enqueue_batch(batch, _injected_trace())
+            data = await self._rpc("EnqueueAtomic", request, all_keyed=_all_keyed(batch))
+        outcome = codec.decode_enqueue_atomic(data)
+        if outcome is None:
+            raise errors.MalformedResponseError("EnqueueAtomic answered with no outcome")
+        kind, items = outcome
+        if kind == "rejection":
+            raise errors.BatchValidationError(items)  # type: ignore[arg-type]
+        if len(items) != len(batch):
+            raise errors.BatchResultCountMismatchError(len(batch), len(items))
+        return items  # type: ignore[return-value]
+
+    # -- consuming --------------------------------------------------------------------
+
+    async def reserve(self, opts: ReserveOptions) -> list[Job] | None:
+        """Long-poll for up to ``opts.max_jobs`` jobs (the server's default is 1),
+        waiting up to ``opts.wait_timeout``. Returns a non-empty list of leased jobs,
+        or ``None`` when none came. Never retried. A job the client cannot read is
+        skipped with a warning (its lease lapses on the server).
+
+        Raises :class:`~sepp_lite.errors.UnknownQueuesError` when the server is in
+        strict mode and a queue is not declared, else a
+        :class:`~sepp_lite.errors.ClientError`.
+        """
+        return await self._reserve(opts, None)
+
+    async def _reserve(self, opts: ReserveOptions, max_jobs: int | None) -> list[Job] | None:
+        if not isinstance(opts, ReserveOptions):
+            raise TypeError(f"reserve() takes ReserveOptions, got {type(opts).__name__}")
+        opts.__post_init__()  # the dataclass is mutable: check what is sent now
+        request = codec.encode_reserve(opts, max_jobs)
+        timeout = opts.wait_timeout.total_seconds() + _RESERVE_SLACK_S
+        attributes = {"sepp.worker_id": opts.worker_id or "<none>"}
+        with _otel.client_span("sepp.reserve", attributes) as span:
+            data = await self._rpc("Reserve", request, kind="reserve", retry=False, timeout=timeout)
+            jobs, problems = codec.decode_reserve(data)
+            if span is not None:
+                span.set_attribute("sepp.jobs", len(jobs))
+        for problem in problems:
+            logger.warning("skipping malformed job in reserve response: %s", problem)
+        extend, worker_id = self._extend_raw, opts.worker_id
+        for job in jobs:
+            ctx = job.ctx
+            ctx._lease = Lease(extend, ctx.id, ctx.attempt, ctx.lease_expires_at, worker_id)
+        return jobs or None
+
+    async def ack(self, ctx: JobCtx) -> None:
+        """Acknowledge a job: it is done and deleted. Raises
+        :class:`~sepp_lite.errors.JobNotFoundError` or
+        :class:`~sepp_lite.errors.AttemptMismatchError` when this delivery no longer
+        holds the lease. Retried per the policy (so a JobNotFound may follow an earlier
+        attempt that succeeded but lost its answer)."""
+        worker_id = _worker_id(ctx)
+        request = codec.encode_ack(ctx.id, ctx.attempt, worker_id)
+        with _otel.client_span("sepp.ack", _lease_attributes(ctx, worker_id)):
+            codec.decode_ack(await self._rpc("Ack", request, kind="lease"))
+
+    async def nack(
+        self,
+        ctx: JobCtx,
+        retry: RetryDirective = RetryDirective.DEFAULT,
+        reason: str = "",
+    ) -> bool:
+        """Report a failed job. ``retry`` says what happens next (the queue's policy, a
+        delay, or dead-lettering); ``reason`` is recorded (an empty one is not sent).
+        Returns True when the job was dead-lettered (directive, or last attempt).
+        Lease errors and retries as :meth:`ack`."""
+        if not isinstance(retry, RetryDirective):
+            raise TypeError(f"retry must be a RetryDirective, got {type(retry).__name__}")
+        if not isinstance(reason, str):
+            raise TypeError(f"reason must be a str, got {type(reason).__name__}")
+        worker_id = _worker_id(ctx)
+        retry_field = codec.nack_retry_field(retry.kind, retry.delay)
+        request = codec.encode_nack(ctx.id, ctx.attempt, reason or None, retry_field, worker_id)
+        with _otel.client_span("sepp.nack", _lease_attributes(ctx, worker_id)):
+            data = await self._rpc("Nack", request, kind="lease")
+        return codec.decode_nack(data)[1]
+
+    async def extend(self, ctx: JobCtx, extension: Duration) -> datetime:
+        """Extend a job's lease to ``extension`` from now; return the new expiry. Unlike
+        :meth:`JobCtx.extend <sepp_lite.types.JobCtx.extend>` it does not update the
+        lease the worker's auto-extend follows. Lease errors and retries as
+        :meth:`ack`."""
+        lease = as_timedelta(extension, "extension", positive=True)
+        return await self._extend_raw(ctx.id, ctx.attempt, lease, _worker_id(ctx))
+
+    async def _extend_raw(
+        self, job_id: str, attempt: int, lease: timedelta, worker_id: Optional[str]
+    ) -> datetime:
+        request = codec.encode_extend(job_id, attempt, lease, worker_id)
+        attributes = {"sepp.job_id": job_id, "sepp.attempt": attempt}
+        with _otel.client_span("sepp.extend", attributes):
+            data = await self._rpc("Extend", request, kind="lease")
+        expiry = codec.decode_extend(data)[1]
+        if expiry is None:
+            raise errors.MalformedResponseError("Extend answered without a valid lease expiry")
+        return expiry
+
+    # -- the rest ---------------------------------------------------------------------
+
+    async def get_server_info(self) -> ServerInfo:
+        """The server's version and global limits (also kept as :attr:`server_info`).
+        Raises :class:`~sepp_lite.errors.MalformedServerInfoError` for an unusable
+        answer."""
+        with _otel.client_span("sepp.get_server_info"):
+            data = await self._rpc("GetServerInfo", b"")
+        self._server_info = codec.decode_server_info(data)
+        return self._server_info
+
+    async def drain_dead_letters(
+        self, queue: str | None = None, max_records: int = 1
+    ) -> list[DeadLetterRecord]:
+        """Remove and return up to ``max_records`` dead-lettered jobs, oldest first,
+        optionally of one ``queue``. Destructive, so never retried: a lost answer loses
+        those records. ``max_records=0`` sends nothing and returns ``[]``. An empty list
+        also means retention is off (see ``ServerInfo.dead_letter_retention_enabled``).
+        """
+        if isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 0:
+            raise ValueError(f"max_records must be an int >= 0, got {max_records!r}")
+        if queue is not None and (not isinstance(queue, str) or not queue):
+            raise ValueError("queue must be a non-empty str or None")
+        if max_records == 0:
+            return []
+        request = codec.encode_drain(queue, max_records)
+        attributes = {"sepp.queue": queue or "<all>"}
+        with _otel.client_span("sepp.drain_dead_letters", attributes) as span:
+            data = await self._rpc("DrainDeadLetters", request, retry=False)
+            records, problems = codec.decode_drain(data)
+            if span is not None:
+                span.set_attribute("sepp.drained", len(records))
+        for problem in problems:
+            logger.warning("skipping malformed dead-letter record: %s", problem)
+        return records
+
+
+def _label(channel: Channel) -> str:
+    path = getattr(channel, "_path", None)
+    if path:
+        return f"unix:{path}"
+    return f"{getattr(channel, '_host', '?')}:{getattr(channel, '_port', '?')}"
+
+
+def _receive_limit(value: int | None) -> int:
+    if value is None:
+        return DEFAULT_MAX_RECEIVE
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"max_receive_message_bytes must be a positive int, got {value!r}")
+    return value
+
+
+def _client_tls(
+    use_tls: bool, ca_cert: bytes | None, credentials: ssl.SSLContext | None
+) -> ssl.SSLContext | None:
+    if credentials is not None:
+        if not isinstance(credentials, ssl.SSLContext):
+            raise TypeError("credentials must be an ssl.SSLContext")
+        credentials.set_alpn_protocols(["h2"])  # gRPC servers refuse TLS without ALPN h2
+        return credentials
+    return tls_context(ca_cert) if use_tls else None
+
+
+def _all_keyed(jobs: list[EnqueueRequest]) -> bool:
+    # An empty key counts as none: the server refuses it, so it cannot deduplicate.
+    return all(job.idempotency_key for job in jobs)
+
+
+def _injected_trace() -> bytes:
+    """The trace-context field for jobs without one: the current context, which inside
+    the client span is the enqueue span itself."""
+    if not _otel.AVAILABLE:
+        return b""
+    headers = _otel.current_headers()
+    return b"" if headers is None else codec.trace_field(*headers)
+
+
+def _worker_id(ctx: JobCtx) -> str | None:
+    lease = ctx._lease
+    return lease.worker_id if lease is not None else None
+
+
+def _lease_attributes(ctx: JobCtx, worker_id: str | None) -> dict[str, Any]:
+    return {
+        "sepp.job_id": ctx.id,
+        "sepp.attempt": ctx.attempt,
+        "sepp.worker_id": worker_id or "<none>",
+    }
