@@ -9,7 +9,7 @@ PROTO_VENV ?= .venv-proto
 PROTO_PY := $(PROTO_VENV)/bin/python
 
 .DEFAULT_GOAL := check
-.PHONY: install proto proto-check lint format typecheck test demo bench soak check clean
+.PHONY: install proto proto-check lint format typecheck test official demo bench soak check clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -49,6 +49,16 @@ typecheck: install
 
 test: install
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# sepp-py 0.1.0's own integration tests (from its sdist) against our server, run with
+# sepp-py and again with `import sepp` giving sepp_lite.
+official: install
+	tests/official/run.sh $(PY)
+
+# An embedded server, a mixed workload of a few thousand jobs through a Worker, and a
+# summary (DEMO_ARGS="--jobs N" to change the size).
+demo: install
+	$(VENV)/bin/sepp-lite demo $(DEMO_ARGS)
 
 bench: install
 	$(PY) bench/run.py $(BENCH_ARGS)

@@ -13,9 +13,7 @@ import argparse
 import asyncio
 import importlib
 import json
-import os
 import statistics
-import sys
 import time
 import uuid
 from datetime import timedelta
@@ -141,7 +139,14 @@ def _result(cpu: float, wall: float, done: int) -> dict[str, float]:
     }
 
 
+async def connect(sepp: Any, client: Any, jobs: int) -> dict[str, float]:
+    """Only connect (and one call): for the RSS of a connected client."""
+    await client.get_server_info()
+    return {"jobs": 0, "cpu_us_per_job": 0.0, "jobs_per_cpu_s": 0.0, "wall_s": 0.0}
+
+
 WORKLOADS = {
+    "connect": connect,
     "batch": batch,
     "enqueue16": concurrent_enqueue,
     "reserve_ack": reserve_ack,
@@ -168,8 +173,6 @@ if __name__ == "__main__":
     parser.add_argument("--workload", choices=sorted(WORKLOADS), required=True)
     parser.add_argument("--jobs", type=int, default=5000)
     arguments = parser.parse_args()
-    if arguments.client == "sepp_lite":
-        sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     outcome = asyncio.run(main(arguments))
     outcome.update(client=arguments.client, workload=arguments.workload)
     print(json.dumps(outcome))

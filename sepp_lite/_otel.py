@@ -87,18 +87,51 @@ if AVAILABLE:
     _TRACER = otel_trace.get_tracer("sepp_lite", __version__)
 
 
+class _NoSpan:
+    """What the span helpers return without OpenTelemetry: a shared, allocation-free
+    context manager that yields ``None`` (cheaper than a generator-based one)."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NO_SPAN = _NoSpan()
+
+
 @contextlib.contextmanager
-def client_span(name: str, attributes: dict[str, Any] | None = None) -> Iterator[Any]:
+def _span(name: str, kind: Any, attributes: dict[str, Any] | None, links: Any) -> Iterator[Any]:
+    # The SDK's own exception handling is off: depending on the API version it also
+    # flags BaseExceptions, and a cancelled call (a reserve cut short by shutdown) is
+    # not a failure. Exceptions are recorded here instead.
+    with _TRACER.start_as_current_span(
+        name,
+        kind=kind,
+        attributes=attributes,
+        links=links,
+        record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        try:
+            yield span
+        except Exception as error:
+            mark_error(span, error)
+            raise
+
+
+def client_span(
+    name: str, attributes: dict[str, Any] | None = None
+) -> contextlib.AbstractContextManager[Any]:
     """A CLIENT span around one logical call (all its retries); yields the span (or
     ``None`` without OpenTelemetry) so the caller can add attributes. An exception
-    escaping the block marks the span as an error."""
+    escaping the block (not a cancellation) marks the span as an error."""
     if not AVAILABLE:
-        yield None
-        return
-    with _TRACER.start_as_current_span(
-        name, kind=SpanKind.CLIENT, attributes=attributes, record_exception=True
-    ) as span:
-        yield span
+        return _NO_SPAN
+    return _span(name, SpanKind.CLIENT, attributes, None)
 
 
 def call_metadata() -> tuple[tuple[str, str], ...]:
@@ -112,20 +145,26 @@ def call_metadata() -> tuple[tuple[str, str], ...]:
     return (("traceparent", traceparent),)
 
 
-def mark_error(span: Any, error: BaseException) -> None:
-    """Set ERROR status on ``span`` for a failure handled without an exception escaping."""
-    if span is not None:
-        span.set_status(Status(StatusCode.ERROR, str(error)))
+def mark_error(span: Any, error: BaseException | str) -> None:
+    """Set ERROR status on ``span`` (a no-op for ``None``): for an exception, also
+    record it as an event; a str is the status description."""
+    if span is None:
+        return
+    if isinstance(error, str):
+        span.set_status(Status(StatusCode.ERROR, error))
+        return
+    span.record_exception(error)
+    span.set_status(Status(StatusCode.ERROR, f"{type(error).__name__}: {error}"))
 
 
-@contextlib.contextmanager
-def consumer_span(job_id: str, job_type: str, attempt: int, producer: Any) -> Iterator[Any]:
+def consumer_span(
+    job_id: str, job_type: str, attempt: int, producer: TraceContext | None
+) -> contextlib.AbstractContextManager[Any]:
     """The CONSUMER span ``sepp.process`` around one job's handler and its ack/nack,
     linked (not parented) to the producer's span when the job carries a valid trace
     context. Yields the span, or ``None`` without OpenTelemetry."""
     if not AVAILABLE:
-        yield None
-        return
+        return _NO_SPAN
     links = []
     if producer is not None:
         span_context = span_context_of(producer)
@@ -136,10 +175,7 @@ def consumer_span(job_id: str, job_type: str, attempt: int, producer: Any) -> It
         "sepp.job_type": job_type,
         "sepp.attempt": attempt,
     }
-    with _TRACER.start_as_current_span(
-        "sepp.process", kind=SpanKind.CONSUMER, links=links, attributes=attributes
-    ) as span:
-        yield span
+    return _span("sepp.process", SpanKind.CONSUMER, attributes, links)
 
 
 class WorkerMetrics:

@@ -24,6 +24,7 @@ from grpclib.encoding.base import CodecBase
 from grpclib.exceptions import GRPCError
 from grpclib.metadata import decode_grpc_message
 from grpclib.utils import Wrapper
+from hpack import NeverIndexedHeaderTuple
 
 from sepp_lite._version import __version__
 from sepp_lite.errors import (
@@ -69,15 +70,18 @@ def parse_address(addr: str) -> Target:
         return Target(None, None, rest[len("unix:") :].lstrip("/") and rest[len("unix:") :], tls)
     rest = rest.rstrip("/")
     if rest.startswith("["):
-        host, _, port_text = rest[1:].partition("]")
-        port_text = port_text[1:] if port_text.startswith(":") else port_text
+        host, bracket, port_text = rest[1:].partition("]")
+        if not bracket or (port_text and not port_text.startswith(":")):
+            raise ValueError(f"cannot parse the address {addr!r}: expected [v6-address]:port")
+        port_text, has_port = port_text[1:], bool(port_text)
     else:
         host, sep, port_text = rest.rpartition(":")
+        has_port = bool(sep)
         if not sep:
-            host, port_text = rest, ""
+            host = rest
     if not host or "/" in host:
         raise ValueError(f"cannot parse the address {addr!r}: expected host:port")
-    if not port_text:
+    if not has_port:
         return Target(host, 443, tls=tls)
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise ValueError(f"cannot parse the address {addr!r}: bad port {port_text!r}")
@@ -413,8 +417,10 @@ def _user_agent() -> str:
 
 
 def _encode_metadata(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[bytes, bytes], ...]:
-    """Check metadata once (lower-case names, printable ASCII values), as bytes."""
-    encoded = []
+    """Check metadata once (lower-case names, printable ASCII values), as bytes. The
+    ``authorization`` header is never indexed: HPACK then neither keeps the key in its
+    connection-wide table nor shows it in its debug log."""
+    encoded: list[tuple[bytes, bytes]] = []
     for name, value in metadata:
         if (
             not name
@@ -425,5 +431,9 @@ def _encode_metadata(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[bytes
             raise ValueError(f"invalid metadata name {name!r}")
         if not value.isascii() or not value.isprintable():
             raise ValueError(f"invalid value for metadata {name!r}")
-        encoded.append((name.encode("ascii"), value.encode("ascii")))
+        pair = (name.encode("ascii"), value.encode("ascii"))
+        encoded.append(NeverIndexedHeaderTuple(*pair) if name in _SECRET_HEADERS else pair)
     return tuple(encoded)
+
+
+_SECRET_HEADERS = frozenset({"authorization"})

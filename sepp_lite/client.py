@@ -342,7 +342,11 @@ class SeppClient:
         self, job_id: str, attempt: int, lease: timedelta, worker_id: Optional[str]
     ) -> datetime:
         request = codec.encode_extend(job_id, attempt, lease, worker_id)
-        attributes = {"sepp.job_id": job_id, "sepp.attempt": attempt}
+        attributes = {
+            "sepp.job_id": job_id,
+            "sepp.attempt": attempt,
+            "sepp.worker_id": worker_id or "<none>",
+        }
         with _otel.client_span("sepp.extend", attributes):
             data = await self._rpc("Extend", request, kind="lease")
         expiry = codec.decode_extend(data)[1]

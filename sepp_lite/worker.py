@@ -377,6 +377,7 @@ class Worker:
             # else's work, so the lease is left to lapse instead.
             reason = "its lease was lost" if run.lease_lost else "shutdown timed out"
             logger.error("job %s not settled: %s (handler cancelled)", ctx.id, reason)
+            _otel.mark_error(span, f"not settled: {reason}")
             return
         if outcome is not None:
             _otel.mark_error(span, outcome)  # type: ignore[arg-type]

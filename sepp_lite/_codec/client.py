@@ -119,12 +119,17 @@ def _entry_field(tag: bytes, key: object, value: object) -> bytes:
     return field_bytes(tag, entry)
 
 
+_CACHEABLE = frozenset({str, int, bool})
+
+
 def custom_fields(tag: bytes, custom: Mapping[str, Primitive]) -> bytes:
     """A ``map<string, PrimitiveValue>`` as repeated entry fields (insertion order)."""
     out = []
     for key, value in custom.items():
         cls = value.__class__
-        if cls is float:  # -0.0 == 0.0: equal keys, different bytes; never cached
+        if cls is float or cls not in _CACHEABLE:
+            # -0.0 == 0.0 (equal keys, different bytes) and other types (subclasses,
+            # wrong types) are encoded, or refused, without the cache.
             out.append(_entry_field(tag, key, value))
             continue
         cache_key = (tag, key, value, cls)

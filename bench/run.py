@@ -1,0 +1,419 @@
+"""``make bench``: sepp_lite against the official client (sepp-py 0.1.0 on grpcio), same
+run, same server, alternating A B A B ... so both see the same machine.
+
+Sets up what it needs: ``.venv-bench`` (sepp_lite and sepp-py, without OpenTelemetry),
+``.venv-bench-pypy`` when ``pypy3`` exists, and two throwaway venvs for installed size.
+The server (``python -m sepp_lite.testing``) runs in its own process; its CPU time is
+reported beside the client's. Every client run is a fresh process.
+
+Reported per workload: the median client CPU per job of each client, the ratio of the
+medians, and the median of the per-round ratios (each round runs the two clients back
+to back, so that ratio cancels slow phases of a shared machine best). Results go to
+``bench/results/latest.{md,json}``.
+
+    python bench/run.py [--rounds 5] [--jobs 3000] [--workloads batch,worker] [--no-pypy]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = ROOT / "bench"
+RESULTS = BENCH / "results"
+WORKLOADS = ["batch", "enqueue16", "reserve_ack", "worker", "small_call"]
+LABELS = {
+    "batch": "enqueue_batch of 256 jobs, CPU per job",
+    "enqueue16": "enqueue, 16 concurrent callers, CPU per job",
+    "reserve_ack": "reserve 32 at a time + ack each, CPU per job",
+    "worker": "Worker, no-op handler, max_in_flight=64, CPU per job",
+    "small_call": "get_server_info in sequence, CPU per call",
+}
+GOALS = {"batch": 1.0, "reserve_ack": 1.0, "worker": 1.0, "small_call_p50": 1.3}
+
+
+# Installed packages have their bytecode compiled (pip does it); a caller's
+# PYTHONDONTWRITEBYTECODE must not make sepp_lite compile its source on every import.
+ENV = {key: value for key, value in os.environ.items() if key != "PYTHONDONTWRITEBYTECODE"}
+
+
+def sh(*cmd: str | Path, **kw: Any) -> str:
+    return subprocess.run(
+        [str(c) for c in cmd], check=True, capture_output=True, text=True, env=ENV, **kw
+    ).stdout
+
+
+def venv(path: Path, python: str, *packages: str) -> Path:
+    """Create ``path`` with ``packages`` unless it exists; return its interpreter. This
+    project itself is (re)installed as a wheel every time, so the bench measures the
+    current code the way users get it (compiled bytecode, no editable-install hooks)."""
+    exe = path / "bin" / "python"
+    marker = path / ".bench-ready"
+    others = [p for p in packages if p != str(ROOT)]
+    if not marker.exists():
+        if not exe.exists():
+            sh(python, "-m", "venv", path)
+        sh(exe, "-m", "pip", "install", "-q", "--upgrade", "pip")
+        if others:
+            sh(exe, "-m", "pip", "install", "-q", *others)
+        marker.write_text(" ".join(others))
+    if str(ROOT) in packages:
+        sh(exe, "-m", "pip", "install", "-q", "--force-reinstall", "--no-deps", ROOT)
+        sh(exe, "-m", "pip", "install", "-q", ROOT)
+    return exe
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class Server:
+    """``python -m sepp_lite.testing`` in its own process, with its CPU time readable."""
+
+    def __init__(self, python: Path) -> None:
+        self.port = free_port()
+        self.proc = subprocess.Popen(
+            [str(python), "-m", "sepp_lite.testing", "--port", str(self.port)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            cwd=ROOT,
+            env=ENV,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if "queue server listening" not in line:
+            raise RuntimeError(f"the server did not start: {line!r}")
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def cpu_seconds(self) -> float:
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+def run_client(
+    python: Path, client: str, workload: str, jobs: int, server: Server
+) -> dict[str, Any]:
+    before = server.cpu_seconds()
+    out = sh(python, BENCH / "workloads.py", "--client", client, "--addr", server.addr,
+             "--workload", workload, "--jobs", str(jobs), cwd=ROOT)  # fmt: skip
+    result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
+    result["server_cpu_s"] = server.cpu_seconds() - before
+    return result
+
+
+def compare(
+    python: Path, server_python: Path, workload: str, rounds: int, jobs: int
+) -> dict[str, Any]:
+    server = Server(server_python)
+    runs: dict[str, list[dict[str, Any]]] = {"sepp_lite": [], "sepp": []}
+    try:
+        for index in range(rounds):
+            order = ["sepp_lite", "sepp"] if index % 2 == 0 else ["sepp", "sepp_lite"]
+            for client in order:
+                runs[client].append(run_client(python, client, workload, jobs, server))
+    finally:
+        server.stop()
+    return summarize(workload, runs)
+
+
+def _median(runs: list[dict[str, Any]], key: str) -> float:
+    return statistics.median(run[key] for run in runs)
+
+
+def summarize(workload: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    lite, official = runs["sepp_lite"], runs["sepp"]
+    pair_ratios = [a["cpu_us_per_job"] / b["cpu_us_per_job"] for a, b in zip(lite, official)]
+    summary: dict[str, Any] = {
+        "workload": workload,
+        "sepp_lite_cpu_us": _median(lite, "cpu_us_per_job"),
+        "sepp_cpu_us": _median(official, "cpu_us_per_job"),
+        "pair_ratio_median": statistics.median(pair_ratios),
+        "pair_ratios": pair_ratios,
+        "server_cpu_share": statistics.median(
+            r["server_cpu_s"] / max(r["wall_s"], 1e-9) for r in lite + official
+        ),
+        "sepp_lite_rss_kib": _median(lite, "rss_kib"),
+        "sepp_rss_kib": _median(official, "rss_kib"),
+        "runs": runs,
+    }
+    summary["ratio_of_medians"] = summary["sepp_lite_cpu_us"] / summary["sepp_cpu_us"]
+    if workload == "small_call":
+        for key in ("p50_us", "p99_us"):
+            summary[f"sepp_lite_{key}"] = _median(lite, key)
+            summary[f"sepp_{key}"] = _median(official, key)
+        p50 = [a["p50_us"] / b["p50_us"] for a, b in zip(lite, official)]
+        summary["p50_pair_ratio_median"] = statistics.median(p50)
+    return summary
+
+
+def pypy_runs(
+    pypy: Path, server_python: Path, workload: str, rounds: int, jobs: int
+) -> dict[str, Any]:
+    server = Server(server_python)
+    try:
+        runs = [run_client(pypy, "sepp_lite", workload, jobs, server) for _ in range(rounds)]
+    finally:
+        server.stop()
+    return {
+        "cpu_us": _median(runs, "cpu_us_per_job"),
+        "jobs_per_cpu_s": _median(runs, "jobs_per_cpu_s"),
+        "runs": runs,
+    }
+
+
+def import_time(python: Path, module: str, rounds: int = 11) -> float:
+    """Median extra wall time, over a bare interpreter start, until ``module``'s client
+    class is usable (``import module; module.SeppClient``), in ms."""
+
+    def timed(code: str) -> float:
+        start = time.perf_counter()
+        sh(python, "-c", code, cwd="/")
+        return time.perf_counter() - start
+
+    samples = []
+    for _ in range(rounds):
+        samples.append(timed(f"import {module}; {module}.SeppClient") - timed("pass"))
+    return statistics.median(samples) * 1000
+
+
+def installed_mib(python: str, *packages: str) -> tuple[float, list[str]]:
+    """Size of a fresh venv's site-packages holding ``packages`` (pip, setuptools and
+    their helpers excluded), with the distributions it took."""
+    name = hashlib.sha1(" ".join(packages).encode()).hexdigest()[:10]
+    target = BENCH / f".venv-size-{name}"
+    exe = venv(target, python, *packages)
+    site = Path(sh(exe, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+    skip = ("pip", "setuptools", "_distutils_hack", "pkg_resources", "distutils-precedence.pth")
+    total = 0
+    for entry in site.iterdir():
+        if entry.name.startswith(skip) or entry.name == "__pycache__":
+            continue
+        files = [entry] if entry.is_file() else [p for p in entry.rglob("*") if p.is_file()]
+        total += sum(p.stat().st_size for p in files)
+    dists = sorted(
+        p.name.rsplit(".", 1)[0] for p in site.glob("*.dist-info") if not p.name.startswith(skip)
+    )
+    return total / 2**20, dists
+
+
+def machine() -> dict[str, Any]:
+    cpu = "unknown"
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.exists():
+        for line in cpuinfo.read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "kernel": platform.release(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
+    }
+
+
+def versions(python: Path) -> dict[str, str]:
+    script = (
+        "import importlib.metadata as m, platform, json\n"
+        "out = {'python': platform.python_implementation() + ' ' + platform.python_version()}\n"
+        "for n in ['sepp-lite', 'sepp-py', 'grpcio', 'protobuf', 'grpclib', 'h2', 'hpack',"
+        " 'betterproto', 'multidict']:\n"
+        "    try: out[n] = m.version(n)\n"
+        "    except m.PackageNotFoundError: pass\n"
+        "print(json.dumps(out))\n"
+    )
+    return json.loads(sh(python, "-c", script))  # type: ignore[no-any-return]
+
+
+def _row(*cells: object) -> str:
+    return "| " + " | ".join(str(cell) for cell in cells) + " |"
+
+
+def _workload_rows(report: dict[str, Any]) -> list[str]:
+    lines = [
+        _row("workload", "sepp_lite µs", "sepp-py µs", "ratio (median of pairs)",
+             "ratio of medians", "goal", "server CPU share"),
+        _row("---", "---:", "---:", "---:", "---:", "---:", "---:"),
+    ]  # fmt: skip
+    for row in report["workloads"]:
+        goal = GOALS.get(row["workload"])
+        lines.append(
+            _row(
+                LABELS[row["workload"]],
+                f"{row['sepp_lite_cpu_us']:.1f}",
+                f"{row['sepp_cpu_us']:.1f}",
+                f"{row['pair_ratio_median']:.2f}×",
+                f"{row['ratio_of_medians']:.2f}×",
+                f"≤ {goal:.1f}×" if goal else "—",
+                f"{row['server_cpu_share']:.2f}",
+            )
+        )
+    return lines
+
+
+def _latency_rows(row: dict[str, Any]) -> list[str]:
+    return [
+        "",
+        _row("get_server_info latency", "sepp_lite", "sepp-py", "ratio (median of pairs)", "goal"),
+        _row("---", "---:", "---:", "---:", "---:"),
+        _row("p50", f"{row['sepp_lite_p50_us']:.0f} µs", f"{row['sepp_p50_us']:.0f} µs",
+             f"{row['p50_pair_ratio_median']:.2f}×", "≤ 1.3×"),
+        _row("p99", f"{row['sepp_lite_p99_us']:.0f} µs", f"{row['sepp_p99_us']:.0f} µs", "", ""),
+    ]  # fmt: skip
+
+
+def _footprint_rows(foot: dict[str, Any]) -> list[str]:
+    def line(label: str, lite: float, official: float, unit: str, goal: str) -> str:
+        return _row(label, f"{lite:.1f} {unit}", f"{official:.1f} {unit}",
+                    f"{lite / official:.2f}×", goal)  # fmt: skip
+
+    return [
+        "",
+        _row("footprint", "sepp_lite", "sepp-py", "ratio", "goal"),
+        _row("---", "---:", "---:", "---:", "---:"),
+        line("cold import", foot["import_ms"]["sepp_lite"], foot["import_ms"]["sepp"], "ms",
+             "≤ 0.5×"),
+        line("RSS after connect", foot["rss_kib"]["sepp_lite"] / 1024,
+             foot["rss_kib"]["sepp"] / 1024, "MiB", "≤ 0.5×"),
+        line("installed, with dependencies", foot["installed_mib"]["sepp_lite"],
+             foot["installed_mib"]["sepp"], "MiB", "≤ 0.3×"),
+        "",
+        f"sepp_lite installs: {', '.join(foot['dists']['sepp_lite'])}",
+        f"sepp-py installs: {', '.join(foot['dists']['sepp'])}",
+    ]  # fmt: skip
+
+
+def _pypy_rows(report: dict[str, Any]) -> list[str]:
+    cpython = {row["workload"]: row for row in report["workloads"]}
+    lines = [
+        "",
+        _row("sepp_lite on PyPy", "µs per job", "jobs per CPU s", "vs sepp_lite on CPython"),
+        _row("---", "---:", "---:", "---:"),
+    ]
+    for workload, row in report["pypy"].items():
+        base = cpython.get(workload, {}).get("sepp_lite_cpu_us")
+        speedup = f"{base / row['cpu_us']:.2f}× the throughput" if base else "—"
+        lines.append(
+            _row(workload, f"{row['cpu_us']:.1f}", f"{row['jobs_per_cpu_s']:.0f}", speedup)
+        )
+    lines += ["", "Goal: PyPy Worker throughput ≥ 1.5× sepp_lite's own on CPython."]
+    return lines
+
+
+def markdown(report: dict[str, Any]) -> str:
+    info = report["machine"]
+    lines = [
+        "# sepp_lite vs sepp-py 0.1.0",
+        "",
+        f"{info['date']}; {info['cpu']}, {info['cores']} cores, Linux {info['kernel']}.",
+        f"CPython: {json.dumps(report['versions'])}",
+    ]
+    if report.get("pypy_versions"):
+        lines.append(f"PyPy: {json.dumps(report['pypy_versions'])}")
+    lines += [
+        "",
+        f"{report['rounds']} rounds per workload, clients alternating; {report['jobs']} jobs "
+        "per run; server in its own process (its CPU share = server CPU s per wall s).",
+        "",
+        *_workload_rows(report),
+    ]
+    lines += [r for row in report["workloads"] if row["workload"] == "small_call"
+              for r in _latency_rows(row)]  # fmt: skip
+    if report.get("footprint"):
+        lines += _footprint_rows(report["footprint"])
+    if report.get("pypy"):
+        lines += _pypy_rows(report)
+    return "\n".join(lines) + "\n"
+
+
+def footprint(python: Path, server_python: Path) -> dict[str, Any]:
+    server = Server(server_python)
+    try:
+        rss = {
+            c: run_client(python, c, "connect", 0, server)["rss_kib"] for c in ("sepp_lite", "sepp")
+        }
+    finally:
+        server.stop()
+    lite_size, lite_dists = installed_mib(sys.executable, str(ROOT))
+    seppy_size, seppy_dists = installed_mib(sys.executable, "sepp-py==0.1.0")
+    return {
+        "import_ms": {
+            "sepp_lite": import_time(python, "sepp_lite"),
+            "sepp": import_time(python, "sepp"),
+        },
+        "rss_kib": rss,
+        "installed_mib": {"sepp_lite": lite_size, "sepp": seppy_size},
+        "dists": {"sepp_lite": lite_dists, "sepp": seppy_dists},
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="sepp_lite vs sepp-py, side by side")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--no-pypy", action="store_true")
+    parser.add_argument("--no-footprint", action="store_true")
+    args = parser.parse_args()
+    python = venv(ROOT / ".venv-bench", sys.executable, str(ROOT), "sepp-py==0.1.0")
+    report: dict[str, Any] = {
+        "machine": machine(),
+        "versions": versions(python),
+        "rounds": args.rounds,
+        "jobs": args.jobs,
+        "workloads": [],
+    }
+    for workload in args.workloads.split(","):
+        print(f"== {workload}", flush=True)
+        row = compare(python, python, workload, args.rounds, args.jobs)
+        lite, official = row["sepp_lite_cpu_us"], row["sepp_cpu_us"]
+        ratio = row["pair_ratio_median"]
+        print(
+            f"   sepp_lite {lite:.1f} us, sepp-py {official:.1f} us, ratio {ratio:.2f}", flush=True
+        )
+        report["workloads"].append(row)
+    if not args.no_footprint:
+        print("== footprint", flush=True)
+        report["footprint"] = footprint(python, python)
+    pypy = shutil.which("pypy3")
+    if pypy and not args.no_pypy:
+        print("== PyPy", flush=True)
+        pypy_python = venv(ROOT / ".venv-bench-pypy", pypy, str(ROOT))
+        report["pypy_versions"] = versions(pypy_python)
+        report["pypy"] = {
+            w: pypy_runs(pypy_python, python, w, args.rounds, args.jobs)
+            for w in args.workloads.split(",")
+            if w in ("batch", "reserve_ack", "worker", "small_call")
+        }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "latest.json").write_text(json.dumps(report, indent=2))
+    (RESULTS / "latest.md").write_text(markdown(report))
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

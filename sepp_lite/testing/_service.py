@@ -1,0 +1,333 @@
+"""The grpclib face of the state machine: ``sepp.v1.QueueService`` over raw bytes.
+
+Requests stay bytes through grpclib (a pass-through codec) and are decoded by the
+hand-written codec only after the API-key check, as the real server's interceptor runs
+before decoding. Transport-level errors reproduce tonic's statuses and messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Awaitable, Mapping
+from typing import Any, Callable, Optional
+
+from grpclib.const import Cardinality, Handler, Status
+from grpclib.encoding.base import CodecBase
+from grpclib.exceptions import GRPCError
+from grpclib.server import Stream
+
+from sepp_lite._codec import server as codec
+from sepp_lite._codec._wire import guarded, read_len, read_tag, skip_field
+from sepp_lite.errors import DecodeError
+from sepp_lite.testing._state import QueueState, RpcError
+
+__all__ = ["HEALTH_CHECK", "QueueService", "RawCodec", "Routes"]
+
+log = logging.getLogger(__name__)
+
+SERVICE = "sepp.v1.QueueService"
+HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+MISSING_KEY = "missing API key; expected an `authorization: Bearer <key>` header"
+INVALID_KEY = "invalid API key"
+_SERVING = b"\x08\x01"  # HealthCheckResponse{status: SERVING}
+
+Call = Callable[[bytes], Awaitable[bytes]]
+
+_TCP_CORK = getattr(socket, "TCP_CORK", None)  # Linux only; elsewhere no coalescing
+
+
+class _Corked:
+    """Hold back a call's frames (WINDOW_UPDATE, HEADERS, DATA, trailers) and send them
+    as one TCP segment. grpclib writes each frame on its own, and on loopback every
+    write is a full transmission that wakes the peer: most of a small call's CPU time.
+    If the call suspends while corked (a long poll, backpressure), the uncork scheduled
+    with ``call_soon`` runs first, so nothing else is ever held back."""
+
+    __slots__ = ("_handle", "_sock")
+
+    def __init__(self, stream: Stream[bytes, bytes]) -> None:
+        self._sock: Any = None
+        self._handle: Optional[asyncio.Handle] = None
+        if _TCP_CORK is None:
+            return
+        # grpclib's Peer keeps the connection's asyncio transport in `_transport`.
+        transport = getattr(getattr(stream, "peer", None), "_transport", None)
+        sock = None if transport is None else transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            self._sock = sock
+
+    def __enter__(self) -> None:
+        if self._sock is not None:
+            self._set(1)
+            self._handle = asyncio.get_running_loop().call_soon(self._set, 0)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+            self._set(0)
+
+    def _set(self, value: int) -> None:
+        try:
+            self._sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, value)
+        except OSError:  # the connection is closing; grpclib deals with that
+            pass
+
+
+class RawCodec(CodecBase):
+    """Hands message bytes through unchanged, enforcing the decode size limit the way
+    tonic does (OUT_OF_RANGE, before any decoding)."""
+
+    __content_subtype__ = "proto"
+
+    def __init__(self, max_message_bytes: int) -> None:
+        self.max_message_bytes = max_message_bytes
+
+    def encode(self, message: Any, message_type: Any) -> bytes:
+        """The reply, already encoded."""
+        return bytes(message)
+
+    def decode(self, data: bytes, message_type: Any) -> bytes:
+        """The request bytes; raises ``GRPCError(OUT_OF_RANGE)`` above the limit."""
+        if len(data) > self.max_message_bytes:
+            raise GRPCError(
+                Status.OUT_OF_RANGE,
+                f"Error, decoded message length too large: found {len(data)} bytes, "
+                f"the limit is: {self.max_message_bytes} bytes",
+            )
+        return data
+
+
+def _visible_ascii(value: str) -> bool:
+    # What http's HeaderValue::to_str accepts: visible ASCII, space and tab.
+    return all(" " <= c <= "~" or c == "\t" for c in value)
+
+
+def _check_any_message(data: bytes) -> None:
+    """Raise DecodeError unless ``data`` parses as a protobuf message (its fields
+    unknown or ignored), as prost decodes ``GetServerInfoRequest``."""
+
+    def walk(raw: bytes) -> None:
+        pos, end = 0, len(raw)
+        while pos < end:
+            tag, pos = read_tag(raw, pos)
+            pos = skip_field(raw, pos, end, tag)
+
+    guarded("GetServerInfoRequest", walk, data)
+
+
+def _health_service(data: bytes) -> str:
+    def read(raw: bytes) -> str:
+        pos, end, service = 0, len(raw), ""
+        while pos < end:
+            tag, pos = read_tag(raw, pos)
+            if tag == 0x0A:
+                start, pos = read_len(raw, pos, end)
+                service = raw[start:pos].decode()
+            else:
+                pos = skip_field(raw, pos, end, tag)
+        return service
+
+    return guarded("HealthCheckRequest", read, data)
+
+
+_OK_HEADERS = [(":status", "200"), ("content-type", "application/grpc+proto")]
+_OK_TRAILERS = [("grpc-status", "0")]
+
+
+async def _reply(stream: Stream[bytes, bytes], message: bytes) -> None:
+    """Send a unary OK answer: headers, the message and trailers.
+
+    A reply is always the same two header blocks around one message, so they are
+    written straight to grpclib's HTTP/2 stream, skipping the per-call metadata
+    objects and event dispatch of ``send_message``/``send_trailing_metadata`` (a
+    fifth of a small call's server CPU). The trailers go out now rather than from
+    grpclib's exit handler, while the socket is still corked.
+    """
+    h2_stream = getattr(stream, "_stream", None)
+    if h2_stream is None or stream._send_initial_metadata_done:  # not grpclib 0.4's layout
+        await stream.send_message(message)
+        await stream.send_trailing_metadata()
+        return
+    await h2_stream.send_headers(_OK_HEADERS)
+    stream._send_initial_metadata_done = True
+    await h2_stream.send_data(b"\x00%s%s" % (len(message).to_bytes(4, "big"), message))
+    stream._send_message_done = True
+    await h2_stream.send_headers(_OK_TRAILERS, end_stream=True)
+    stream._send_trailing_metadata_done = True
+
+
+class Routes(dict[str, Handler]):
+    """A handler table that answers every unknown path with ``fallback`` (grpclib's own
+    answer lacks a content-type, which clients then misreport as UNKNOWN)."""
+
+    def __init__(self, table: Mapping[str, Handler], fallback: Handler) -> None:
+        super().__init__(table)
+        self.fallback = fallback
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The path's handler, else the fallback."""
+        found = super().get(key)
+        return self.fallback if found is None else found
+
+
+class QueueService:
+    """The eight ``sepp.v1.QueueService`` RPCs (plus ``grpc.health.v1.Health/Check``,
+    which is not behind auth) for a grpclib ``Server``."""
+
+    def __init__(self, state: QueueState, api_keys: Optional[frozenset[str]] = None) -> None:
+        self.state = state
+        self._api_keys = api_keys
+        self._active = 0
+        self._idle: Optional[asyncio.Event] = None
+
+    def __mapping__(self) -> dict[str, Handler]:
+        """grpclib's handler table: path -> Handler."""
+        calls: Mapping[str, Call] = {
+            "EnqueueBatch": self._enqueue_batch,
+            "EnqueueAtomic": self._enqueue_atomic,
+            "Reserve": self._reserve,
+            "Ack": self._ack,
+            "Nack": self._nack,
+            "Extend": self._extend,
+            "DrainDeadLetters": self._drain,
+            "GetServerInfo": self._server_info,
+        }
+        table = {
+            f"/{SERVICE}/{name}": Handler(self._unary(call), Cardinality.UNARY_UNARY, bytes, bytes)
+            for name, call in calls.items()
+        }
+        table[HEALTH_CHECK] = Handler(
+            self._unary(self._health, auth=False), Cardinality.UNARY_UNARY, bytes, bytes
+        )
+        return table
+
+    def fallback_handler(self) -> Handler:
+        """UNIMPLEMENTED for unknown paths, after the API-key check for paths of this
+        service (tonic's interceptor wraps the whole service, unknown methods too)."""
+
+        async def unimplemented(stream: Stream[bytes, bytes]) -> None:
+            path = getattr(stream, "_method_name", "")
+            if isinstance(path, str) and path.startswith(f"/{SERVICE}/"):
+                self._authorize(stream.metadata)
+            raise GRPCError(Status.UNIMPLEMENTED)
+
+        return Handler(unimplemented, Cardinality.UNARY_UNARY, bytes, bytes)
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    @property
+    def active_calls(self) -> int:
+        """Calls being handled right now."""
+        return self._active
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait until no call is being handled; ``False`` if ``timeout`` ran out."""
+        if self._active == 0:
+            return True
+        if self._idle is None:
+            self._idle = asyncio.Event()
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    def _authorize(self, metadata: Optional[Mapping[str, Any]]) -> None:
+        keys = self._api_keys
+        if keys is None:
+            return
+        value = None if metadata is None else metadata.get("authorization")
+        if (
+            not isinstance(value, str)
+            or not _visible_ascii(value)
+            or not value.startswith("Bearer ")
+        ):
+            log.warning("rejected request: missing API key")
+            raise GRPCError(Status.UNAUTHENTICATED, MISSING_KEY)
+        if value[7:] not in keys:
+            log.warning("rejected request: invalid API key")
+            raise GRPCError(Status.UNAUTHENTICATED, INVALID_KEY)
+
+    @staticmethod
+    async def _receive(stream: Stream[bytes, bytes]) -> bytes:
+        try:
+            data = await stream.recv_message()
+        except NotImplementedError:  # grpclib's answer to the compressed flag
+            raise GRPCError(
+                Status.INTERNAL,
+                "protocol error: received message with compressed-flag but no "
+                "grpc-encoding was specified",
+            ) from None
+        if data is None:
+            raise GRPCError(Status.INTERNAL, "Missing request message.")
+        return data
+
+    @staticmethod
+    async def _answer(call: Call, data: bytes) -> bytes:
+        try:
+            return await call(data)
+        except RpcError as exc:
+            raise GRPCError(Status(exc.code.value), exc.message) from None
+        except DecodeError as exc:
+            raise GRPCError(Status.INTERNAL, f"failed to decode Protobuf message: {exc}") from None
+        except (GRPCError, asyncio.CancelledError):
+            raise
+        except Exception as exc:
+            # A bug here must cost one call, never the server.
+            log.exception("internal error while handling a call")
+            raise GRPCError(Status.INTERNAL, f"internal error: {exc.__class__.__name__}") from None
+
+    def _unary(self, call: Call, auth: bool = True) -> Callable[[Stream[bytes, bytes]], Any]:
+        async def handle(stream: Stream[bytes, bytes]) -> None:
+            self._active += 1
+            try:
+                with _Corked(stream):
+                    if auth:
+                        self._authorize(stream.metadata)
+                    data = await self._receive(stream)
+                    await _reply(stream, await self._answer(call, data))
+            finally:
+                self._active -= 1
+                if self._active == 0 and self._idle is not None:
+                    self._idle.set()
+                    self._idle = None
+
+        return handle
+
+    # -- the RPCs ----------------------------------------------------------------------
+
+    async def _enqueue_batch(self, data: bytes) -> bytes:
+        jobs = codec.decode_enqueue_batch(data)
+        return codec.encode_enqueue_batch(self.state.enqueue_batch(jobs))
+
+    async def _enqueue_atomic(self, data: bytes) -> bytes:
+        result = self.state.enqueue_atomic(codec.decode_enqueue_batch(data))
+        if result.acks is not None:
+            return codec.encode_atomic_success(result.acks)
+        return codec.encode_atomic_failure(result.errors or [])
+
+    async def _reserve(self, data: bytes) -> bytes:
+        return codec.encode_reserve(await self.state.reserve(codec.decode_reserve(data)))
+
+    async def _ack(self, data: bytes) -> bytes:
+        return codec.encode_ack(self.state.ack(codec.decode_lease_request("ack", data)))
+
+    async def _nack(self, data: bytes) -> bytes:
+        return codec.encode_nack(*self.state.nack(codec.decode_lease_request("nack", data)))
+
+    async def _extend(self, data: bytes) -> bytes:
+        return codec.encode_extend(*self.state.extend(codec.decode_lease_request("extend", data)))
+
+    async def _drain(self, data: bytes) -> bytes:
+        return codec.encode_drain(self.state.drain(*codec.decode_drain(data)))
+
+    async def _server_info(self, data: bytes) -> bytes:
+        _check_any_message(data)
+        return codec.encode_server_info(self.state.server_info())
+
+    async def _health(self, data: bytes) -> bytes:
+        if _health_service(data) in ("", SERVICE):
+            return _SERVING
+        raise GRPCError(Status.NOT_FOUND, "service not registered")

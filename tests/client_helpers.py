@@ -1,0 +1,468 @@
+"""Shared fakes for the SeppClient tests: a scripted grpclib server that records every
+call, a freezable TCP proxy, a silent socket, and small builders.
+
+Every helper is an async context manager that stops what it started.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import socket
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any, Callable, Optional, Union
+
+import grpclib.server
+from grpclib.const import Cardinality, Handler, Status
+from grpclib.exceptions import GRPCError
+
+from sepp_lite import SeppClient
+from sepp_lite._codec import server as srv
+from sepp_lite._time import now_ms
+from sepp_lite._transport import RawCodec
+from sepp_lite.testing import QueueState, SeppTestServer, ServerConfig
+from sepp_lite.types import EnqueueRequest, JobCtx, Payload, Priority, ReserveOptions
+
+SERVICE = "sepp.v1.QueueService"
+METHODS = (
+    "EnqueueBatch",
+    "EnqueueAtomic",
+    "Reserve",
+    "Ack",
+    "Nack",
+    "Extend",
+    "DrainDeadLetters",
+    "GetServerInfo",
+)
+START_MS = 1_700_000_000_000  # a fixed ManualClock start: expected times are literals
+JOB_ID = "6f1c1e0a-1111-4222-8333-444455556666"
+
+_names = itertools.count()
+
+
+def unique_queue(prefix: str = "q") -> str:
+    """A queue name no other test uses (short: some tests cap names at 16 bytes)."""
+    return f"{prefix}{next(_names)}-{uuid.uuid4().hex[:6]}"
+
+
+def free_port() -> int:
+    """A port on 127.0.0.1 with nothing listening (bound once, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def job(queue: str, job_type: str = "t", **fields: Any) -> EnqueueRequest:
+    return EnqueueRequest(queue=queue, job_type=job_type, **fields)
+
+
+def text_job(queue: str, data: bytes = b"hello", **fields: Any) -> EnqueueRequest:
+    return EnqueueRequest(queue=queue, job_type="t", payload=Payload(data, "text/plain"), **fields)
+
+
+def opts(
+    *queues: str,
+    lease: float = 30.0,
+    wait: float = 0.0,
+    worker_id: Optional[str] = None,
+    max_jobs: Optional[int] = None,
+) -> ReserveOptions:
+    return ReserveOptions(
+        queues=list(queues),
+        lease_duration=timedelta(seconds=lease),
+        wait_timeout=timedelta(seconds=wait),
+        worker_id=worker_id,
+        max_jobs=max_jobs,
+    )
+
+
+@contextlib.asynccontextmanager
+async def sepp_server(**config: Any) -> AsyncIterator[SeppTestServer]:
+    """``SeppTestServer(**config)``, started and always stopped."""
+    server = SeppTestServer(**config)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@contextlib.asynccontextmanager
+async def connected(addr: str, **kwargs: Any) -> AsyncIterator[SeppClient]:
+    """``SeppClient.connect(addr, **kwargs)``, always closed."""
+    client = await SeppClient.connect(addr, **kwargs)
+    try:
+        yield client
+    finally:
+        await client.close()
+
+
+# ---------------------------------------------------------------------------------------
+# The scripted server
+
+
+class Hang:
+    """A step that never answers (until the call is cancelled or the server stops)."""
+
+
+class Drop:
+    """A step that reads the request, then aborts the TCP connection without an answer."""
+
+
+class NoReply:
+    """A step that ends the call with status OK but no response message."""
+
+
+HANG = Hang()
+DROP = Drop()
+NO_REPLY = NoReply()
+
+Step = Union[bytes, GRPCError, Hang, Drop, NoReply, Callable[[bytes], bytes]]
+
+
+@dataclass
+class Call:
+    """One call as the scripted server received it."""
+
+    method: str
+    request: bytes
+    metadata: list[tuple[str, str]]
+    user_agent: Optional[str]
+    timeout: Optional[float]
+
+    def header(self, name: str) -> list[str]:
+        return [value for key, value in self.metadata if key == name]
+
+
+def server_info_bytes(**overrides: Any) -> bytes:
+    info = QueueState(ServerConfig()).server_info()
+    if overrides:
+        info = type(info)(**{**info.__dict__, **overrides})
+    return srv.encode_server_info(info)
+
+
+def job_record(
+    job_id: str = JOB_ID,
+    *,
+    queue: str = "q",
+    job_type: str = "t",
+    payload: Optional[tuple[bytes, str]] = None,
+    priority: int = 0,
+    max_attempts: int = 3,
+) -> srv.JobRecord:
+    return srv.JobRecord(
+        job_id,
+        queue,
+        job_type,
+        payload=payload,
+        priority=priority,
+        trace=None,
+        enqueued_ms=START_MS,
+        max_attempts=max_attempts,
+        custom={},
+        scheduled_at=None,
+    )
+
+
+def hand_ctx(queue: str = "q") -> JobCtx:
+    """A JobCtx built by hand (no lease, so no worker id), for lease RPCs."""
+    now = datetime.now(timezone.utc)
+    return JobCtx(
+        id=JOB_ID,
+        queue=queue,
+        job_type="t",
+        priority=Priority(0),
+        attempt=1,
+        max_attempts=3,
+        enqueued_at=now,
+        custom={},
+        trace_context=None,
+        lease_expires_at=now,
+    )
+
+
+def reserve_reply(*records: srv.JobRecord, attempt: int = 1, lease_s: float = 30) -> bytes:
+    expiry = now_ms() + int(lease_s * 1000)
+    return srv.encode_reserve([(record, attempt, expiry) for record in records])
+
+
+def _default_reply(method: str, request: bytes) -> bytes:
+    if method == "GetServerInfo":
+        return server_info_bytes()
+    if method == "EnqueueBatch":
+        jobs = srv.decode_enqueue_batch(request)
+        return srv.encode_enqueue_batch([(str(uuid.uuid4()), False) for _ in jobs])
+    if method == "EnqueueAtomic":
+        jobs = srv.decode_enqueue_batch(request)
+        return srv.encode_atomic_success([(str(uuid.uuid4()), False) for _ in jobs])
+    if method == "Reserve":
+        return srv.encode_reserve([])
+    if method == "Ack":
+        return srv.encode_ack(srv.decode_lease_request("ack", request).job_id)
+    if method == "Nack":
+        return srv.encode_nack(srv.decode_lease_request("nack", request).job_id, False)
+    if method == "Extend":
+        req = srv.decode_lease_request("extend", request)
+        return srv.encode_extend(req.job_id, now_ms() + 30_000)
+    if method == "DrainDeadLetters":
+        return srv.encode_drain([])
+    raise AssertionError(method)
+
+
+class ScriptedService:
+    """``sepp.v1.QueueService`` with scripted answers: each method plays its steps in
+    order, then answers validly by default. Every call is recorded."""
+
+    def __init__(self) -> None:
+        self.calls: list[Call] = []
+        self._scripts: dict[str, list[Step]] = {}
+        self._release = asyncio.Event()
+
+    def script(self, method: str, *steps: Step) -> None:
+        assert method in METHODS, method
+        self._scripts[method] = list(steps)
+
+    def calls_to(self, method: str) -> list[Call]:
+        return [call for call in self.calls if call.method == method]
+
+    def release(self) -> None:
+        self._release.set()
+
+    def __mapping__(self) -> dict[str, Handler]:
+        return {
+            f"/{SERVICE}/{name}": Handler(
+                self._handler(name), Cardinality.UNARY_UNARY, bytes, bytes
+            )
+            for name in METHODS
+        }
+
+    def _handler(self, method: str) -> Callable[[Any], Awaitable[None]]:
+        async def handle(stream: grpclib.server.Stream[bytes, bytes]) -> None:
+            request = await stream.recv_message()
+            assert request is not None
+            timeout = None if stream.deadline is None else stream.deadline.time_remaining()
+            self.calls.append(
+                Call(
+                    method,
+                    request,
+                    list((stream.metadata or {}).items()),
+                    stream.user_agent,
+                    timeout,
+                )
+            )
+            steps = self._scripts.get(method)
+            step: Step = steps.pop(0) if steps else (lambda data: _default_reply(method, data))
+            if isinstance(step, GRPCError):
+                raise step
+            if isinstance(step, Hang):
+                await self._release.wait()
+                raise GRPCError(Status.UNAVAILABLE, "released")
+            if isinstance(step, Drop):
+                stream._stream._transport.abort()  # type: ignore[attr-defined]
+                await self._release.wait()
+                return
+            if isinstance(step, NoReply):
+                await stream.send_trailing_metadata()
+                return
+            reply = step if isinstance(step, bytes) else step(request)
+            await stream.send_message(reply)
+
+        return handle
+
+
+class ScriptedServer:
+    """A grpclib server for :class:`ScriptedService` on 127.0.0.1."""
+
+    def __init__(self, service: Optional[ScriptedService] = None, port: int = 0) -> None:
+        self.service = service or ScriptedService()
+        self.port = port
+        self._server: Optional[grpclib.server.Server] = None
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def calls(self) -> list[Call]:
+        return self.service.calls
+
+    def script(self, method: str, *steps: Step) -> None:
+        self.service.script(method, *steps)
+
+    def calls_to(self, method: str) -> list[Call]:
+        return self.service.calls_to(method)
+
+    async def start(self) -> ScriptedServer:
+        server = grpclib.server.Server([self.service], codec=RawCodec())
+        await server.start("127.0.0.1", self.port)
+        sockets = server._server.sockets  # type: ignore[union-attr]
+        self.port = sockets[0].getsockname()[1]
+        self._server = server
+        return self
+
+    async def stop(self) -> None:
+        server, self._server = self._server, None
+        self.service.release()
+        if server is not None:
+            server.close()
+            await asyncio.wait_for(server.wait_closed(), 5)
+
+    async def __aenter__(self) -> ScriptedServer:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+
+# ---------------------------------------------------------------------------------------
+# Sockets that misbehave
+
+
+class SilentServer:
+    """Accepts TCP connections and reads everything; never writes a byte, or writes
+    ``reply`` once after the first bytes arrive."""
+
+    def __init__(self, reply: bytes = b"") -> None:
+        self.reply = reply
+        self.port = 0
+        self.connections = 0
+        self._server: Optional[asyncio.AbstractServer] = None
+        self._writers: list[asyncio.StreamWriter] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        self._writers.append(writer)
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.append(task)
+        with contextlib.suppress(ConnectionError):
+            while await reader.read(65536):
+                if self.reply:
+                    writer.write(self.reply)
+                    self.reply = b""
+        writer.close()
+
+    async def __aenter__(self) -> SilentServer:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        await _finish(self._tasks)
+        await self._server.wait_closed()
+
+
+async def _finish(tasks: list[asyncio.Task[Any]]) -> None:
+    """Let ``tasks`` end on their own (their sockets are closed), then cancel leftovers."""
+    if not tasks:
+        return
+    _, pending = await asyncio.wait(tasks, timeout=2)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class FreezableProxy:
+    """A TCP proxy to ``host:port`` that can stop forwarding in both directions
+    (:meth:`freeze`) and start again (:meth:`resume`); bytes are held, not lost."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.target = (host, port)
+        self.port = 0
+        self.connections = 0
+        self._running = asyncio.Event()
+        self._running.set()
+        self._closing = asyncio.Event()
+        self._writers: list[asyncio.StreamWriter] = []
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._server: Optional[asyncio.AbstractServer] = None
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def freeze(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                data = await reader.read(65536)
+                await self._running.wait()
+                if not data or self._closing.is_set():
+                    break
+                writer.write(data)
+                await writer.drain()
+        except (ConnectionError, OSError):
+            pass
+        finally:
+            writer.close()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.append(task)
+        self._writers.append(writer)
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self.target)
+        except OSError:
+            writer.close()
+            return
+        self._writers.append(up_writer)
+        await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+
+    async def __aenter__(self) -> FreezableProxy:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+        self._closing.set()
+        self._running.set()
+        for writer in self._writers:
+            writer.close()
+        await _finish(self._tasks)
+        await self._server.wait_closed()
+
+
+async def elapsed(awaitable: Awaitable[Any]) -> tuple[float, Any]:
+    """``(seconds, result or exception)`` of awaiting ``awaitable``."""
+    loop = asyncio.get_running_loop()
+    start = loop.time()
+    try:
+        result: Any = await awaitable
+    except Exception as exc:
+        result = exc
+    return loop.time() - start, result
+
+
+def all_text(exc: BaseException) -> str:
+    """str and repr of an exception and of everything chained to it."""
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: Optional[BaseException] = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        parts += [str(current), repr(current), repr(getattr(current, "args", ()))]
+        current = current.__cause__ or current.__context__
+    return "\n".join(parts)
+
+
+def status_errors(statuses: Iterable[Status], message: str = "scripted") -> list[GRPCError]:
+    return [GRPCError(status, f"{message} {status.name}") for status in statuses]

@@ -1,0 +1,659 @@
+"""Worker over real sockets against the in-process server: outcomes, concurrency, the
+lease keeper, shutdown (plain and bounded), cancellation, unknown job types, server
+limits, run-until-idle, restarts, and the signal helper."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import uuid
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import pytest
+
+import sepp_lite as sepp
+from sepp_lite.testing import Limits, SeppTestServer
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def qname() -> str:
+    return f"q-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[SeppTestServer]:
+    async with SeppTestServer(dead_letter_retention_ms=600_000) as srv:
+        yield srv
+
+
+@pytest.fixture
+async def client(server: SeppTestServer) -> AsyncIterator[sepp.SeppClient]:
+    async with await sepp.SeppClient.connect(server.addr) as c:
+        yield c
+
+
+async def enqueue(
+    client: sepp.SeppClient, queue: str, job_type: str, n: int = 1, **kw: object
+) -> list[str]:
+    acks = await client.enqueue_batch(
+        [sepp.EnqueueRequest(queue, job_type, **kw) for _ in range(n)]
+    )  # type: ignore[arg-type]
+    ids = []
+    for ack in acks:
+        assert isinstance(ack, sepp.EnqueueAck), ack
+        ids.append(ack.job_id)
+    return ids
+
+
+async def run_for(worker: sepp.Worker, predicate: object, timeout: float = 10.0) -> None:
+    """Run the worker until ``predicate()`` holds, then shut it down and drain."""
+    task = asyncio.ensure_future(worker.run())
+    try:
+        async with _deadline(timeout):
+            while not predicate():  # type: ignore[operator]
+                await asyncio.sleep(0.01)
+                if task.done():
+                    task.result()
+                    raise AssertionError("worker stopped early")
+    finally:
+        worker.shutdown_handle().shutdown()
+        await asyncio.wait_for(task, 10)
+
+
+async def until(predicate: object, timeout: float = 5.0) -> None:
+    """Poll server-side state (which has no event to wait on) until ``predicate()``."""
+    for _ in range(int(timeout / 0.01)):
+        if predicate():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"condition not reached within {timeout} s")
+
+
+class _deadline:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+
+    async def __aenter__(self) -> None:
+        self.task = asyncio.current_task()
+        self.handle = asyncio.get_running_loop().call_later(self.seconds, self._fire)
+        self.fired = False
+
+    def _fire(self) -> None:
+        self.fired = True
+        assert self.task is not None
+        self.task.cancel()
+
+    async def __aexit__(self, exc_type: object, exc: object, tb: object) -> None:
+        self.handle.cancel()
+        if self.fired and exc_type is asyncio.CancelledError:
+            raise AssertionError(f"condition not reached within {self.seconds} s")
+
+
+# -- construction and registration -------------------------------------------------
+
+
+async def test_options_are_validated(client: sepp.SeppClient) -> None:
+    with pytest.raises(ValueError, match="wait_timeout"):
+        sepp.Worker(client, ["q"], 10, wait_timeout=0)
+    with pytest.raises(ValueError, match="lease_duration"):
+        sepp.Worker(client, ["q"], 0)
+    with pytest.raises(ValueError, match="max_jobs"):
+        sepp.Worker(client, ["q"], 10, max_jobs=0)
+    with pytest.raises(ValueError, match="worker_id"):
+        sepp.Worker(client, ["q"], 10, worker_id="")
+    with pytest.raises(ValueError, match="at least one queue"):
+        sepp.Worker(client, [], 10)
+    worker = sepp.Worker(client, ["q"], timedelta(seconds=10), max_in_flight=0)
+    assert worker._max_in_flight == 1
+    host_part = worker.worker_id.rsplit("-", 2)
+    assert host_part[1] == str(os.getpid()) and len(host_part[2]) == 8
+
+
+async def test_registration(client: sepp.SeppClient) -> None:
+    worker = sepp.Worker(client, ["q"], 10)
+
+    async def first(payload: object, ctx: object) -> None: ...
+
+    async def second(payload: object, ctx: object) -> None: ...
+
+    assert worker.handle("a", first) is worker
+    with pytest.raises(sepp.DuplicateHandlerError, match="'a'"):
+        worker.handle("a", second)
+    with pytest.raises(sepp.DuplicateHandlerError):
+        worker.handler("a")(second)
+    worker.replace_handler("a", second)
+    assert worker._handlers["a"] is second
+    worker.remove_handler("a").remove_handler("missing")
+    assert "a" not in worker._handlers
+    assert worker.catch_all(first) is first and worker._catch_all is first
+
+
+# -- outcomes ----------------------------------------------------------------------
+
+
+async def test_return_acks_and_handlers_see_the_job(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    queue = qname()
+    [job_id] = await enqueue(
+        client, queue, "greet", payload=sepp.Payload(b"hi", "text/plain"), custom={"n": 1}
+    )
+    seen: list[tuple[object, sepp.JobCtx]] = []
+    worker = sepp.Worker(client, [queue], 10)
+
+    @worker.handler("greet")
+    async def greet(payload: sepp.Payload | None, ctx: sepp.JobCtx) -> None:
+        seen.append((payload, ctx))
+
+    await run_for(worker, lambda: server.counts(queue) == (0, 0, 0, 0) and seen)
+    [(payload, ctx)] = seen
+    assert payload == sepp.Payload(b"hi", "text/plain")
+    assert (ctx.id, ctx.job_type, ctx.attempt, ctx.custom) == (job_id, "greet", 1, {"n": 1})
+    assert ctx._lease is not None and ctx._lease.worker_id == worker.worker_id
+
+
+async def test_handler_errors_nack_as_asked(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    queue = qname()
+    await enqueue(client, queue, "retry", max_attempts=5)
+    await enqueue(client, queue, "permanent")
+    attempts: list[int] = []
+    worker = sepp.Worker(client, [queue], 10)
+
+    @worker.handler("retry")
+    async def retry(payload: object, ctx: sepp.JobCtx) -> None:
+        attempts.append(ctx.attempt)
+        if ctx.attempt < 3:
+            raise sepp.HandlerError.retry("not yet")
+
+    @worker.handler("permanent")
+    async def permanent(payload: object, ctx: sepp.JobCtx) -> None:
+        raise sepp.HandlerError.permanent("broken input")
+
+    await run_for(worker, lambda: server.counts(queue) == (0, 0, 0, 1) and attempts[-1:] == [3])
+    assert attempts == [1, 2, 3]
+    [record] = await client.drain_dead_letters(queue, 10)
+    assert record.job_type == "permanent"
+    assert record.cause is sepp.DeadLetterCause.REJECTED
+    assert record.last_reason == "broken input"
+
+
+async def test_retry_after_delays_the_redelivery(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    queue = qname()
+    await enqueue(client, queue, "later", max_attempts=3)
+    times: list[float] = []
+    worker = sepp.Worker(client, [queue], 10)
+
+    @worker.handler("later")
+    async def later(payload: object, ctx: sepp.JobCtx) -> None:
+        times.append(asyncio.get_running_loop().time())
+        if ctx.attempt == 1:
+            raise sepp.HandlerError.retry_after("wait", 0.6)
+
+    await run_for(worker, lambda: len(times) == 2 and server.counts(queue).in_flight == 0)
+    assert times[1] - times[0] >= 0.55
+
+
+async def test_other_exceptions_nack_and_are_logged_with_traceback(
+    server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = qname()
+    await enqueue(client, queue, "boom", max_attempts=2)
+    await enqueue(client, queue, "fine")
+    done: list[str] = []
+    worker = sepp.Worker(client, [queue], 10)
+
+    @worker.handler("boom")
+    async def boom(payload: object, ctx: sepp.JobCtx) -> None:
+        raise RuntimeError(f"boom {ctx.attempt}")
+
+    @worker.handler("fine")
+    async def fine(payload: object, ctx: sepp.JobCtx) -> None:
+        done.append(ctx.id)
+
+    with caplog.at_level(logging.ERROR, "sepp_lite"):
+        await run_for(worker, lambda: server.counts(queue) == (0, 0, 0, 1) and done)
+    [record] = await client.drain_dead_letters(queue, 10)
+    assert record.cause is sepp.DeadLetterCause.ATTEMPTS_EXHAUSTED
+    assert record.last_reason == "handler raised RuntimeError: boom 2"
+    logged = [r for r in caplog.records if "handler raised RuntimeError" in r.getMessage()]
+    assert len(logged) == 2 and logged[0].exc_info is not None
+
+
+class Fatal(BaseException):
+    """A BaseException that is neither cancellation nor KeyboardInterrupt."""
+
+
+async def test_base_exceptions_are_not_swallowed(
+    server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = qname()
+    await enqueue(client, queue, "fatal")
+    worker = sepp.Worker(client, [queue], 10)
+    raised = asyncio.Event()
+
+    @worker.handler("fatal")
+    async def fatal(payload: object, ctx: object) -> None:
+        raised.set()
+        raise Fatal
+
+    with caplog.at_level(logging.ERROR, "sepp_lite"):
+        task = asyncio.ensure_future(worker.run())
+        await asyncio.wait_for(raised.wait(), 5)
+        await asyncio.sleep(0.1)
+        worker.shutdown_handle().shutdown()
+        await asyncio.wait_for(task, 5)
+    # Not turned into a nack: the job stays leased (until its lease lapses) and the
+    # exception ends the job's task, which is reported.
+    assert server.counts(queue) == (0, 0, 1, 0)
+    crashed = [r for r in caplog.records if r.getMessage() == "job task crashed"]
+    assert len(crashed) == 1 and isinstance(crashed[0].exc_info[1], Fatal)  # type: ignore[index]
+
+
+# -- unknown job types -------------------------------------------------------------
+
+
+async def test_unknown_job_types_back_off_and_log_once(
+    server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = qname()
+    await enqueue(client, queue, "nobody", n=3)
+    worker = sepp.Worker(client, [queue], 10)
+    with caplog.at_level(logging.WARNING, "sepp_lite"):
+        await run_for(worker, lambda: server.counts(queue).scheduled == 3)
+    warnings = [r for r in caplog.records if "no handler registered" in r.getMessage()]
+    assert len(warnings) == 1
+    # Nacked with a 2 s delay (2**attempt): not ready again within a second.
+    assert server.counts(queue) == (0, 3, 0, 0)
+    await asyncio.sleep(0.3)
+    assert server.counts(queue).ready == 0
+
+
+async def test_catch_all_takes_unknown_types(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    queue = qname()
+    await enqueue(client, queue, "mystery")
+    seen: list[str] = []
+    worker = sepp.Worker(client, [queue], 10)
+
+    @worker.catch_all
+    async def anything(payload: object, ctx: sepp.JobCtx) -> None:
+        seen.append(ctx.job_type)
+
+    await run_for(worker, lambda: seen and server.counts(queue) == (0, 0, 0, 0))
+    assert seen == ["mystery"]
+
+
+# -- concurrency -------------------------------------------------------------------
+
+
+async def test_never_more_than_max_in_flight(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    queue = qname()
+    await enqueue(client, queue, "work", n=12)
+    running = peak = 0
+    leased_peak = 0
+    done = 0
+    worker = sepp.Worker(client, [queue], 10, max_in_flight=3, max_jobs=10)
+
+    @worker.handler("work")
+    async def work(payload: object, ctx: object) -> None:
+        nonlocal running, peak, done, leased_peak
+        running += 1
+        peak = max(peak, running)
+        leased_peak = max(leased_peak, server.counts(queue).in_flight)
+        await asyncio.sleep(0.05)
+        running -= 1
+        done += 1
+
+    await run_for(worker, lambda: done == 12)
+    assert peak == 3
+    # Reserve asks only for free capacity, so the server never leased more than 3.
+    assert leased_peak <= 3
+
+
+# -- leases ------------------------------------------------------------------------
+
+
+async def test_auto_extend_keeps_a_slow_handler_alive(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    queue = qname()
+    await enqueue(client, queue, "slow")
+    runs: list[int] = []
+    worker = sepp.Worker(client, [queue], 0.6, auto_extend=True)
+
+    @worker.handler("slow")
+    async def slow(payload: object, ctx: sepp.JobCtx) -> None:
+        runs.append(ctx.attempt)
+        await asyncio.sleep(1.5)
+
+    await run_for(worker, lambda: runs and server.counts(queue) == (0, 0, 0, 0))
+    assert runs == [1]  # never redelivered while it ran
+
+
+async def test_without_auto_extend_the_lease_lapses(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    queue = qname()
+    await enqueue(client, queue, "slow")
+    attempts: list[int] = []
+    worker = sepp.Worker(client, [queue], 0.4, max_in_flight=2)
+
+    @worker.handler("slow")
+    async def slow(payload: object, ctx: sepp.JobCtx) -> None:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            await asyncio.sleep(1.0)
+
+    await run_for(worker, lambda: attempts == [1, 2] and server.counts(queue).in_flight == 0)
+    # The second delivery was acked; the first delivery's late ack failed (logged).
+    assert server.counts(queue) == (0, 0, 0, 0)
+
+
+async def test_lost_lease_cancels_the_handler_and_settles_nothing(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    queue = qname()
+    await enqueue(client, queue, "slow")
+    started = asyncio.Event()
+    finished: list[str] = []
+    cancelled: list[str] = []
+    # Extends every 1 s, but the lease is 0.3 s: it lapses, a thief reserves the job, and
+    # the keeper's first extend finds an attempt mismatch.
+    worker = sepp.Worker(client, [queue], 0.3, auto_extend_interval=1.0, max_in_flight=1)
+
+    @worker.handler("slow")
+    async def slow(payload: object, ctx: sepp.JobCtx) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(5)
+            finished.append(ctx.id)
+        except asyncio.CancelledError:
+            cancelled.append(ctx.id)
+            raise
+
+    task = asyncio.ensure_future(worker.run())
+    try:
+        await asyncio.wait_for(started.wait(), 5)
+        stolen = None
+        for _ in range(50):
+            stolen = await client.reserve(sepp.ReserveOptions([queue], 30, wait_timeout=0.2))
+            if stolen:
+                break
+        assert stolen is not None and stolen[0].ctx.attempt == 2
+        await until(lambda: cancelled)
+        assert not finished
+        # Still in flight under the thief's attempt 2: the cancelled handler acked nothing.
+        assert server.counts(queue) == (0, 0, 1, 0)
+        await client.ack(stolen[0].ctx)
+    finally:
+        worker.shutdown_handle().shutdown()
+        await asyncio.wait_for(task, 5)
+
+
+# -- shutdown ----------------------------------------------------------------------
+
+
+async def test_shutdown_waits_for_slow_handlers(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    queue = qname()
+    await enqueue(client, queue, "slow", n=2)
+    finished = 0
+    worker = sepp.Worker(client, [queue], 10, max_in_flight=2)
+
+    @worker.handler("slow")
+    async def slow(payload: object, ctx: object) -> None:
+        nonlocal finished
+        await asyncio.sleep(0.5)
+        finished += 1
+
+    task = asyncio.ensure_future(worker.run())
+    await until(lambda: server.counts(queue).in_flight == 2)
+    worker.shutdown_handle().shutdown()
+    assert worker.shutdown_handle().is_shutdown
+    await asyncio.wait_for(task, 5)
+    assert finished == 2 and server.counts(queue) == (0, 0, 0, 0)
+
+
+async def test_bounded_shutdown_cancels_and_leaves_jobs_to_redelivery(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    queue = qname()
+    await enqueue(client, queue, "slow", n=2)
+    await enqueue(client, queue, "quick")
+    cancelled = 0
+    worker = sepp.Worker(client, [queue], 1, max_in_flight=3, shutdown_timeout=0.3)
+
+    @worker.handler("slow")
+    async def slow(payload: object, ctx: object) -> None:
+        nonlocal cancelled
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled += 1
+            raise
+
+    @worker.handler("quick")
+    async def quick(payload: object, ctx: object) -> None:
+        await asyncio.sleep(0.1)
+
+    task = asyncio.ensure_future(worker.run())
+    await until(lambda: server.counts(queue).in_flight == 3)
+    loop = asyncio.get_running_loop()
+    begun = loop.time()
+    worker.shutdown_handle().shutdown()
+    await asyncio.wait_for(task, 5)
+    assert 0.25 <= loop.time() - begun < 2.0
+    assert cancelled == 2
+    # The quick job was acked; the slow ones were neither acked nor nacked.
+    assert server.counts(queue) == (0, 0, 2, 0)
+    # Their leases (extended once at shutdown) lapse and the server redelivers them.
+    jobs = await client.reserve(sepp.ReserveOptions([queue], 5, wait_timeout=3, max_jobs=2))
+    assert jobs is not None and sorted(j.ctx.attempt for j in jobs) == [2, 2]
+
+
+async def test_cancelling_run_leaves_no_task_behind(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    queue = qname()
+    await enqueue(client, queue, "slow", n=2)
+    started = asyncio.Event()
+    worker = sepp.Worker(client, [queue], 10, max_in_flight=2, auto_extend=True)
+
+    @worker.handler("slow")
+    async def slow(payload: object, ctx: object) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    before = asyncio.all_tasks()
+    task = asyncio.ensure_future(worker.run())
+    await asyncio.wait_for(started.wait(), 5)
+    await asyncio.sleep(0.05)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0)
+    leftovers = asyncio.all_tasks() - before - {asyncio.current_task()}
+    assert {t for t in leftovers if not t.done()} == set()
+
+
+async def test_jobs_reserved_as_shutdown_comes_are_processed(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    queue = qname()
+    seen: list[str] = []
+    worker = sepp.Worker(client, [queue], 10, wait_timeout=5)
+    handle = worker.shutdown_handle()
+
+    @worker.handler("t")
+    async def handler(payload: object, ctx: sepp.JobCtx) -> None:
+        seen.append(ctx.id)
+
+    task = asyncio.ensure_future(worker.run())
+    await asyncio.sleep(0.2)  # the long poll is outstanding
+    [job_id] = await enqueue(client, queue, "t")
+    handle.shutdown()  # same loop step as the reserve's answer, or just after it
+    await asyncio.wait_for(task, 5)
+    if server.counts(queue).ready:  # shutdown won: the job was never leased
+        assert seen == []
+    else:
+        assert seen == [job_id] and server.counts(queue) == (0, 0, 0, 0)
+
+
+# -- run until idle, server limits, reserve errors ---------------------------------
+
+
+async def test_run_until_idle_returns_when_the_queues_are_empty(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    queue = qname()
+    await enqueue(client, queue, "t", n=20)
+    done = 0
+    worker = sepp.Worker(client, [queue], 10, max_in_flight=8)
+
+    @worker.handler("t")
+    async def handler(payload: object, ctx: sepp.JobCtx) -> None:
+        nonlocal done
+        await asyncio.sleep(0.01)
+        done += 1
+
+    await asyncio.wait_for(worker.run(until_idle=True), 10)
+    assert done == 20 and server.counts(queue) == (0, 0, 0, 0)
+
+
+async def test_worker_clamps_to_the_server_limits(caplog: pytest.LogCaptureFixture) -> None:
+    limits = Limits(max_lease_duration_ms=2_000, max_reserve_batch=4, max_wait_timeout_ms=1_000)
+    async with (
+        SeppTestServer(limits=limits) as server,
+        await sepp.SeppClient.connect(server.addr) as client,
+    ):
+        queue = qname()
+        await enqueue(client, queue, "t")
+        worker = sepp.Worker(client, [queue], 60, max_jobs=100, wait_timeout=30)
+        seen: list[sepp.JobCtx] = []
+
+        @worker.handler("t")
+        async def handler(payload: object, ctx: sepp.JobCtx) -> None:
+            seen.append(ctx)
+
+        with caplog.at_level(logging.INFO, "sepp_lite"):
+            await asyncio.wait_for(worker.run(until_idle=True), 10)
+        assert worker._opts.max_jobs == 4
+        assert worker._opts.lease_duration == timedelta(seconds=2)
+        assert worker._opts.wait_timeout == timedelta(seconds=1)
+        assert any("clamped to the server's limits" in r.getMessage() for r in caplog.records)
+        [ctx] = seen
+        lease = (ctx.lease_expires_at - ctx.enqueued_at).total_seconds()
+        assert lease <= 2.5
+
+
+async def test_reserve_errors_back_off_and_never_stop_the_worker(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # Strict mode with an undeclared queue: every reserve fails with UnknownQueues.
+    async with (
+        SeppTestServer(strict_queues=True) as server,
+        await sepp.SeppClient.connect(server.addr) as client,
+    ):
+        worker = sepp.Worker(client, ["undeclared"], 10, reserve_error_backoff=0.05)
+        with caplog.at_level(logging.WARNING, "sepp_lite"):
+            task = asyncio.ensure_future(worker.run())
+            await asyncio.sleep(0.5)
+            assert not task.done()
+            worker.shutdown_handle().shutdown()
+            await asyncio.wait_for(task, 5)
+        failures = [r for r in caplog.records if r.getMessage().startswith("reserve failed")]
+        assert 3 <= len(failures) <= 12
+
+
+async def test_worker_survives_a_server_restart() -> None:
+    first = SeppTestServer()
+    await first.start()
+    port = first.port
+    client = await sepp.SeppClient.connect(first.addr)
+    queue = qname()
+    handled: list[str] = []
+    worker = sepp.Worker(client, [queue], 10, wait_timeout=1, reserve_error_backoff=0.1)
+
+    @worker.handler("t")
+    async def handler(payload: object, ctx: sepp.JobCtx) -> None:
+        handled.append(ctx.id)
+
+    task = asyncio.ensure_future(worker.run())
+    second: SeppTestServer | None = None
+    try:
+        await enqueue(client, queue, "t")
+        await until(lambda: len(handled) == 1)
+        await first.stop()
+        await asyncio.sleep(0.4)  # the worker's reserves fail meanwhile
+        assert not task.done()
+        second = SeppTestServer(port=port)
+        await second.start()
+        await enqueue(client, queue, "t")
+        await until(lambda: len(handled) == 2)
+    finally:
+        worker.shutdown_handle().shutdown()
+        await asyncio.wait_for(task, 5)
+        await client.close()
+        await first.stop()
+        if second is not None:
+            await second.stop()
+
+
+# -- the signal helper -------------------------------------------------------------
+
+
+async def test_first_signal_drains_and_second_stops_hard(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    queue = qname()
+    await enqueue(client, queue, "slow")
+    started = asyncio.Event()
+    finished: list[str] = []
+    worker = sepp.Worker(client, [queue], 10)
+
+    @worker.handler("slow")
+    async def slow(payload: object, ctx: sepp.JobCtx) -> None:
+        started.set()
+        await asyncio.sleep(0.3)
+        finished.append(ctx.id)
+
+    async def graceful() -> None:
+        with sepp.shutdown_on_signals(worker.shutdown_handle()):
+            await worker.run()
+
+    task = asyncio.ensure_future(graceful())
+    await asyncio.wait_for(started.wait(), 5)
+    os.kill(os.getpid(), signal.SIGINT)
+    await asyncio.wait_for(task, 5)
+    assert finished and worker.shutdown_handle().is_shutdown
+
+    worker2 = sepp.Worker(client, [queue], 10)
+    await enqueue(client, queue, "slow")
+    started.clear()
+    worker2.handle("slow", slow)
+
+    async def hard() -> None:
+        with sepp.shutdown_on_signals(worker2.shutdown_handle()):
+            await worker2.run()
+
+    task = asyncio.ensure_future(hard())
+    await asyncio.wait_for(started.wait(), 5)
+    os.kill(os.getpid(), signal.SIGTERM)
+    await asyncio.sleep(0.05)
+    os.kill(os.getpid(), signal.SIGTERM)
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(task, 5)
+    # The handlers for SIGINT/SIGTERM were removed on exit.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
