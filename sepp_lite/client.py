@@ -71,6 +71,7 @@ class SeppClient:
         rpc_timeout: Duration = _DEFAULT_RPC_TIMEOUT,
         *,
         max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE,
+        check_payload_limit: bool = True,
     ) -> None:
         self._rpc_timeout = as_timedelta(rpc_timeout, "rpc_timeout", positive=True).total_seconds()
         self._retry_policy = retry_policy or RetryPolicy()
@@ -81,6 +82,7 @@ class SeppClient:
             channel, metadata=metadata, max_receive=max_receive_message_bytes, label=_label(channel)
         )
         self._server_info: ServerInfo | None = None
+        self._check_payload_limit = check_payload_limit
 
     @classmethod
     async def connect(
@@ -98,6 +100,7 @@ class SeppClient:
         max_receive_message_bytes: int | None = None,
         keepalive_time: Duration = 30.0,
         keepalive_timeout: Duration = 10.0,
+        check_payload_limit: bool = True,
     ) -> SeppClient:
         """Connect to the server at ``addr`` and return a ready client.
 
@@ -111,7 +114,11 @@ class SeppClient:
         ``max_receive_message_bytes`` defaults to 16 MiB (sepp-py leaves grpc's 4 MiB,
         which can strand leased jobs on a large reserve). ``keepalive_time`` and
         ``keepalive_timeout`` (sepp_lite additions) tune the HTTP/2 pings that detect a
-        dead server: every 30 s, 10 s to answer.
+        dead server: every 30 s, 10 s to answer. Once the client knows the server's
+        limits (after :meth:`get_server_info`, which a Worker calls at start), a job
+        whose payload is over the advertised ``max_payload_bytes`` is refused before
+        sending; that value is the server's global default, so pass
+        ``check_payload_limit=False`` if some queue is configured to accept more.
 
         Raises :class:`~sepp_lite.errors.ConnectError` when the server cannot be
         reached within ``connect_timeout``, and
@@ -140,7 +147,12 @@ class SeppClient:
             config=channel_config(keepalive, tls_domain),
         )
         client = cls(
-            channel, retry_policy, metadata, rpc_timeout, max_receive_message_bytes=receive_limit
+            channel,
+            retry_policy,
+            metadata,
+            rpc_timeout,
+            max_receive_message_bytes=receive_limit,
+            check_payload_limit=check_payload_limit,
         )
         client._transport.label = addr
         await client._transport.connect(timeout)
@@ -208,6 +220,23 @@ class SeppClient:
 
     # -- producing --------------------------------------------------------------------
 
+    def _checked_batch(self, jobs: Iterable[EnqueueRequest]) -> list[EnqueueRequest]:
+        batch = list(jobs)
+        if not batch:
+            raise errors.EmptyBatchError()
+        info = self._server_info
+        if info is not None and self._check_payload_limit and info.max_payload_bytes:
+            limit = info.max_payload_bytes
+            for index, job in enumerate(batch):
+                payload = job.payload
+                if payload is not None and len(payload.data) > limit:
+                    raise ValueError(
+                        f"job {index}: a payload of {len(payload.data)} bytes is over the "
+                        f"server's max_payload_bytes ({limit}); if its queue accepts more, "
+                        "connect with check_payload_limit=False"
+                    )
+        return batch
+
     async def enqueue_batch(
         self, jobs: Iterable[EnqueueRequest]
     ) -> list[EnqueueAck | errors.JobRejection]:
@@ -216,15 +245,14 @@ class SeppClient:
         :class:`~sepp_lite.errors.JobRejection` value.
 
         Every job is checked and encoded before anything is sent (``TypeError`` or
-        ``ValueError`` for a bad one); no jobs raise
+        ``ValueError`` for a bad one, including a payload over the server's advertised
+        limit once known: see :meth:`connect`); no jobs raise
         :class:`~sepp_lite.errors.EmptyBatchError`. Whole-call failures raise a
         :class:`~sepp_lite.errors.ClientError`. Retried per the policy, except that when
         some job has no idempotency key, failures the server may have applied are not
         retried (a retry could duplicate it).
         """
-        batch = list(jobs)
-        if not batch:
-            raise errors.EmptyBatchError()
+        batch = self._checked_batch(jobs)
         with _otel.client_span("sepp.enqueue", {"sepp.batch_size": len(batch)}):
             request = codec.encode_enqueue_batch(batch, _injected_trace())
             data = await self._rpc("EnqueueBatch", request, all_keyed=_all_keyed(batch))
@@ -248,9 +276,7 @@ class SeppClient:
         refused nothing is written and :class:`~sepp_lite.errors.BatchValidationError`
         lists every refusal with its index. Checks and retries as
         :meth:`enqueue_batch`."""
-        batch = list(jobs)
-        if not batch:
-            raise errors.EmptyBatchError()
+        batch = self._checked_batch(jobs)
         with _otel.client_span("sepp.enqueue_atomic", {"sepp.batch_size": len(batch)}):
             request = codec.encode_enqueue_batch(batch, _injected_trace())
             data = await self._rpc("EnqueueAtomic", request, all_keyed=_all_keyed(batch))

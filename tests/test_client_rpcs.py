@@ -10,7 +10,6 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
-from opentelemetry import trace as otel_trace
 
 from sepp_lite import (
     AttemptMismatchError,
@@ -77,8 +76,9 @@ def manual(**config: Any) -> Any:
 
 @pytest.fixture
 def no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
-    """No active OpenTelemetry tracing, whatever other tests installed globally."""
-    monkeypatch.setattr(_otel, "_TRACER", otel_trace.NoOpTracer(), raising=False)
+    """No OpenTelemetry tracing, whatever other tests installed globally (and a no-op
+    where it is not installed at all)."""
+    monkeypatch.setattr(_otel, "AVAILABLE", False)
 
 
 # -- §8.4 cases 1-12 -----------------------------------------------------------------

@@ -31,8 +31,8 @@ QueueFull QueueClosing UnknownRejection
 
 # Keyword-only parameters sepp_lite adds (all optional); everything else must match.
 ADDED = {
-    "SeppClient.__init__": {"max_receive_message_bytes"},
-    "SeppClient.connect": {"keepalive_time", "keepalive_timeout"},
+    "SeppClient.__init__": {"max_receive_message_bytes", "check_payload_limit"},
+    "SeppClient.connect": {"keepalive_time", "keepalive_timeout", "check_payload_limit"},
     "Worker.__init__": {"shutdown_timeout"},
     "Worker.run": {"until_idle"},
 }
