@@ -60,32 +60,40 @@ class Target:
 
 def parse_address(addr: str) -> Target:
     """Parse ``host:port``, ``http://host:port``, ``https://host[:port]``,
-    ``dns:///host:port``, ``[v6]:port`` or ``unix:/path``; raise ``ValueError``."""
+    ``dns:///host:port``, ``[v6]:port`` or ``unix:/path``; raise ``ValueError``. A
+    missing port means 443, as in grpc."""
     rest, tls = addr, False
     for prefix, is_tls in (("http://", False), ("https://", True), ("dns:///", False)):
         if rest.startswith(prefix):
             rest, tls = rest[len(prefix) :], is_tls
             break
     if rest.startswith("unix:"):
-        return Target(None, None, rest[len("unix:") :].lstrip("/") and rest[len("unix:") :], tls)
-    rest = rest.rstrip("/")
-    if rest.startswith("["):
-        host, bracket, port_text = rest[1:].partition("]")
-        if not bracket or (port_text and not port_text.startswith(":")):
-            raise ValueError(f"cannot parse the address {addr!r}: expected [v6-address]:port")
-        port_text, has_port = port_text[1:], bool(port_text)
-    else:
-        host, sep, port_text = rest.rpartition(":")
-        has_port = bool(sep)
-        if not sep:
-            host = rest
-    if not host or "/" in host:
-        raise ValueError(f"cannot parse the address {addr!r}: expected host:port")
-    if not has_port:
+        path = rest[len("unix:") :]
+        if not path.strip("/"):
+            raise ValueError(f"cannot parse the address {addr!r}: expected unix:/path")
+        return Target(None, None, path, tls)
+    host, port_text = _split_host_port(rest.rstrip("/"), addr)
+    if port_text is None:
         return Target(host, 443, tls=tls)
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise ValueError(f"cannot parse the address {addr!r}: bad port {port_text!r}")
     return Target(host, int(port_text), tls=tls)
+
+
+def _split_host_port(rest: str, addr: str) -> tuple[str, str | None]:
+    """``host`` and the port text (``None`` when there is no ``:port`` at all)."""
+    if rest.startswith("["):
+        host, bracket, tail = rest[1:].partition("]")
+        if not bracket or (tail and not tail.startswith(":")):
+            raise ValueError(f"cannot parse the address {addr!r}: expected [v6-address]:port")
+        port_text = tail[1:] if tail else None
+    else:
+        host, sep, port_text_or_host = rest.rpartition(":")
+        port_text = port_text_or_host if sep else None
+        host = host if sep else rest
+    if not host or "/" in host:
+        raise ValueError(f"cannot parse the address {addr!r}: expected host:port")
+    return host, port_text
 
 
 def bearer_metadata(api_key: str | None) -> tuple[tuple[str, str], ...]:
@@ -101,10 +109,13 @@ def bearer_metadata(api_key: str | None) -> tuple[tuple[str, str], ...]:
 
 
 def tls_context(ca_cert: bytes | None) -> ssl.SSLContext:
-    """A verifying client context: system roots, or only ``ca_cert`` (PEM) when given;
-    ALPN h2, which gRPC servers require."""
-    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
-    if ca_cert is not None:
+    """A verifying client context (certificate and host name): the system's roots, or
+    only ``ca_cert`` (PEM) when given, as grpc's ``root_certificates`` does; ALPN h2,
+    which gRPC servers require."""
+    if ca_cert is None:
+        context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+    else:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies and checks host names
         context.load_verify_locations(cadata=ca_cert.decode("ascii"))
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     context.set_alpn_protocols(["h2"])
