@@ -357,7 +357,7 @@ class Transport:
                 if status[0] is not Status.OK
                 else GRPCError(Status.INTERNAL, "the server sent no response message")
             )
-        prefix = await stream.recv_data(5)
+        prefix = await _read(stream, 5)
         if len(prefix) < 5:
             status = _grpc_status(await stream.recv_trailers())
             raise GRPCError(*(status or (Status.INTERNAL, "the server sent no response message")))
@@ -366,7 +366,7 @@ class Transport:
         size = int.from_bytes(prefix[1:5], "big")
         if size > self.max_receive:
             raise ResponseTooLargeError(size, self.max_receive)
-        message = await stream.recv_data(size) if size else b""
+        message = await _read(stream, size) if size else b""
         status = _grpc_status(await stream.recv_trailers())
         if status is None:
             raise GRPCError(Status.INTERNAL, "the server sent no grpc-status")
@@ -374,9 +374,35 @@ class Transport:
             raise GRPCError(*status)
         return message
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        """Close the connection and wait (at most a second) until its socket is really
+        closed: a TLS shutdown finishes asynchronously, and an event loop that ends
+        first would leave the socket open (and warn about it)."""
         self.closed = True
+        protocol = self.channel._protocol  # grpclib's live connection, None when idle
+        transport = getattr(getattr(protocol, "connection", None), "_transport", None)
         self.channel.close()
+        if transport is None:
+            return
+        sock = transport.get_extra_info("socket")
+        for _ in range(100):
+            if sock is None or sock.fileno() == -1:
+                return
+            await asyncio.sleep(0.01)
+        transport.abort()
+        await asyncio.sleep(0)
+
+
+async def _read(stream: Any, size: int) -> bytes:
+    """``size`` bytes of the response body, or ``b""`` when it has ended. grpclib's
+    buffer raises a bare AssertionError when the stream ends partway through the bytes
+    asked for: a truncated message is the server's fault, and an INTERNAL status here,
+    not an exception outside the error tree (it would stop a Worker)."""
+    try:
+        data: bytes = await stream.recv_data(size)
+    except AssertionError:
+        raise GRPCError(Status.INTERNAL, "the response ended inside a message") from None
+    return data
 
 
 _TCP_CORK = getattr(socket, "TCP_CORK", None)  # Linux only; elsewhere no coalescing

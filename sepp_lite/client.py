@@ -19,6 +19,7 @@ from grpclib.client import Channel
 from sepp_lite import _codec, _otel, errors
 from sepp_lite._codec import client as codec
 from sepp_lite._lease import Lease
+from sepp_lite._redact import protect_credentials_in_logs
 from sepp_lite._retry import call_with_retry
 from sepp_lite._time import Duration, as_timedelta
 from sepp_lite._transport import (
@@ -127,6 +128,8 @@ class SeppClient:
         """
         target = parse_address(addr)
         metadata = bearer_metadata(api_key)
+        if metadata:
+            protect_credentials_in_logs()
         use_tls = bool(tls or target.tls or tls_ca_cert or tls_domain or credentials)
         if metadata and not use_tls:
             logger.warning(
@@ -174,7 +177,7 @@ class SeppClient:
 
     async def close(self) -> None:
         """Close the connection; calls made afterwards raise ``RuntimeError``."""
-        self._transport.close()
+        await self._transport.close()
 
     async def __aenter__(self) -> SeppClient:
         return self

@@ -224,6 +224,11 @@ class Worker:
         return self._shutdown
 
     @property
+    def client(self) -> SeppClient:
+        """The client this worker reserves and settles jobs with."""
+        return self._client
+
+    @property
     def worker_id(self) -> str:
         """The id sent with every reserve, ack, nack and extend."""
         return self._opts.worker_id or ""

@@ -18,6 +18,7 @@ import grpclib.server
 from grpclib.config import Configuration
 from grpclib.protocol import H2Protocol
 
+from sepp_lite._redact import protect_credentials_in_logs
 from sepp_lite.testing._clock import Clock, ManualClock, RealClock
 from sepp_lite.testing._config import ConfigError, PemSource, ServerConfig
 from sepp_lite.testing._service import QueueService, RawCodec, Routes
@@ -135,6 +136,8 @@ class SeppTestServer:
         self.clock: Clock = clock if clock is not None else RealClock()
         self.state = QueueState(self.config, clock=self.clock)
         self.service = QueueService(self.state, self.config.api_key_set)
+        if self.config.api_key_set is not None:
+            protect_credentials_in_logs()  # hpack would log the keys clients send
         self.host = self.config.host
         self.port = self.config.port
         self._grpc: Optional[_GrpcServer] = None

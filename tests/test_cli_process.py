@@ -1,0 +1,301 @@
+"""``sepp-lite`` as a real process: ``python -m sepp_lite`` and the console script, exit
+codes, a real terminal for the progress bar, ``serve``, and ``worker`` stopped by
+SIGTERM (gracefully) and by a second signal (hard)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Optional
+
+import pytest
+import trustme
+
+import sepp_lite as sepp
+from sepp_lite.testing import SeppTestServer
+from tests.client_helpers import free_port, unique_queue
+
+pytestmark = [
+    pytest.mark.timeout(60),
+    pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals and ptys"),
+]
+
+SECRET = "process-s3cret-never-shown"
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The test's environment without the CLI's own variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SEPP_ADDR", "SEPP_API_KEY")}
+    env.update(extra)
+    return env
+
+
+@asynccontextmanager
+async def started(
+    *args: str, stdin: Optional[int] = None, stderr: int = asyncio.subprocess.PIPE
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """``python -m sepp_lite args`` as a child process, killed if still running."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "sepp_lite",
+        *args,
+        stdin=stdin,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=stderr,
+        env=child_env(),
+    )
+    try:
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.communicate()
+
+
+async def sepp_lite(*args: str) -> tuple[int, str, str]:
+    """Run ``python -m sepp_lite args`` to the end: ``(exit code, stdout, stderr)``."""
+    async with started(*args) as proc:
+        out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[SeppTestServer]:
+    async with SeppTestServer(dead_letter_retention_ms=600_000) as srv:
+        yield srv
+
+
+async def test_exit_codes_of_python_m_sepp_lite(server: SeppTestServer) -> None:
+    queue = unique_queue()
+    code, out, err = await sepp_lite("enqueue", queue, "t", "--addr", server.addr)
+    assert (code, err) == (0, "") and len(out.strip()) == 36  # a job id
+    code, out, err = await sepp_lite("enqueue", queue, "t", "--addr", server.addr, "--delay", "1e8")
+    assert code == 1 and out == ""
+    assert err.startswith("error: job rejected: ") and err.count("\n") == 1
+    unreachable = f"127.0.0.1:{free_port()}"
+    code, out, err = await sepp_lite("info", "--addr", unreachable, "--api-key", SECRET)
+    assert (code, out) == (2, "")
+    assert err == f"error: cannot connect to the sepp server at {unreachable}: connection refused\n"
+    code, _, err = await sepp_lite("enqueue", queue)
+    assert code == 2 and err.count("\n") == 1 and "JOB_TYPE is required" in err
+
+
+async def test_tls_with_a_ca_file(tmp_path: Path) -> None:
+    # In a process of its own: when a TLS command ends, the event loop closes before
+    # the server answers the client's TLS close_notify, and in-process that would leave
+    # the socket to the garbage collector.
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost")
+    ca_file = tmp_path / "ca.pem"
+    ca_file.write_bytes(ca.cert_pem.bytes())
+    not_pem = tmp_path / "not.pem"
+    not_pem.write_text("hello")
+    config = {
+        "tls_cert": b"".join(pem.bytes() for pem in cert.cert_chain_pems),
+        "tls_key": cert.private_key_pem.bytes(),
+    }
+    async with SeppTestServer(**config) as server:
+        addr = f"localhost:{server.port}"
+        code, out, err = await sepp_lite("info", "--addr", addr, "--ca", str(ca_file), "--json")
+        assert (code, err) == (0, "") and json.loads(out)["version"]
+        # The system's roots do not know this CA: a connection error, so exit 2.
+        code, _, err = await sepp_lite("info", "--addr", addr, "--tls")
+        assert code == 2 and err.count("\n") == 1
+        assert "TLS certificate verification failed" in err
+        code, _, err = await sepp_lite("info", "--addr", addr, "--ca", str(not_pem))
+        assert code == 2 and err == f"error: --ca {not_pem} is not a PEM certificate file\n"
+        missing = tmp_path / "missing.pem"
+        code, _, err = await sepp_lite("info", "--addr", addr, "--ca", str(missing))
+        assert code == 2
+        assert err == f"error: cannot read --ca {missing}: No such file or directory\n"
+
+
+async def test_the_console_script_is_installed() -> None:
+    script = Path(sys.executable).with_name("sepp-lite")
+    proc = await asyncio.create_subprocess_exec(
+        str(script), "--version", stdout=asyncio.subprocess.PIPE, env=child_env()
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == 0 and out.decode().strip() == f"sepp-lite {sepp.__version__}"
+
+
+def read_terminal(fd: int) -> bytes:
+    """Everything written to a pty until its last writer closes it."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:  # EIO: the other side is closed
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def test_progress_bar_on_a_real_terminal(server: SeppTestServer, tmp_path: Path) -> None:
+    path = tmp_path / "jobs.jsonl"
+    path.write_text("".join(json.dumps({"payload": str(i)}) + "\n" for i in range(300)))
+    argv = ["enqueue", "q", "t", "--jsonl", str(path), "--addr", server.addr]
+    master, slave = os.openpty()
+    try:
+        async with started(*argv, stderr=slave) as proc:
+            os.close(slave)
+            slave = -1
+            # Read while the child writes: a full pty buffer would block it.
+            drawn = asyncio.ensure_future(asyncio.to_thread(read_terminal, master))
+            out, _ = await asyncio.wait_for(proc.communicate(), 30)
+            terminal = (await asyncio.wait_for(drawn, 30)).decode()
+    finally:
+        os.close(master)
+        if slave != -1:
+            os.close(slave)
+    assert proc.returncode == 0
+    assert out.decode().strip() == "300 accepted, 0 rejected, 0 malformed"
+    assert terminal.startswith("\r[") and "300/300 100%" in terminal
+    assert "lines/s" in terminal and "ETA" in terminal
+    # Piped, the same command draws nothing.
+    code, out_text, err = await sepp_lite(*argv)
+    assert (code, err) == (0, "")
+
+
+async def test_jsonl_interrupted_by_ctrl_c_says_how_far_it_got(tmp_path: Path) -> None:
+    server = SeppTestServer(max_enqueue_batch=2)
+    sending, release = asyncio.Event(), asyncio.Event()
+    enqueue_batch = server.service._enqueue_batch
+
+    async def held(data: bytes) -> bytes:
+        sending.set()  # the command now waits for this call's answer
+        await release.wait()
+        return await enqueue_batch(data)
+
+    server.service._enqueue_batch = held
+    rejected = tmp_path / "rejected.jsonl"
+    argv = ["enqueue", "q", "t", "--jsonl", "-", "--rejected", str(rejected)]
+    async with server:
+        async with started(*argv, "--addr", server.addr, stdin=asyncio.subprocess.PIPE) as proc:
+            assert proc.stdin is not None
+            proc.stdin.write(b"".join(b'{"payload": "%d"}\n' % i for i in range(3)))
+            await asyncio.wait_for(sending.wait(), 30)
+            proc.send_signal(signal.SIGINT)
+            out, err = await asyncio.wait_for(proc.communicate(), 30)
+            release.set()
+    assert proc.returncode == 130
+    assert out.decode().splitlines() == [
+        "0 accepted, 0 rejected, 0 malformed",
+        "interrupted after line 2: lines 1-2 were being sent and may or may not be enqueued; "
+        "the lines after line 2 were not read",
+        f"0 line(s) not enqueued written to {rejected}",
+    ]
+    assert err.decode() == "error: interrupted\n"
+
+
+async def test_serve_answers_and_stops_on_sigterm() -> None:
+    async with started("serve", "--port", "0", "--dead-letter-retention", "60") as proc:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        assert "queue server listening addr=127.0.0.1:" in line
+        addr = line.split("addr=")[1].split()[0]
+        code, out, _ = await sepp_lite("info", "--addr", addr, "--json")
+        assert code == 0 and json.loads(out)["dead_letter_retention_enabled"] is True
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = await asyncio.wait_for(proc.communicate(), 30)
+        assert proc.returncode == 0 and b"queue server stopped" in rest
+
+
+async def test_serve_with_a_bad_configuration_is_exit_2(tmp_path: Path) -> None:
+    code, _, err = await sepp_lite("serve", "--port", "0", "--tls-cert", str(tmp_path / "c"))
+    assert code == 2 and err == "error: --tls-cert and --tls-key go together\n"
+
+
+WORKER_MODULE = """
+import asyncio
+import pathlib
+import sepp_lite as sepp
+
+MARKS = pathlib.Path({marks!r})
+
+
+def make_worker(client):
+    worker = sepp.Worker(client, [{queue!r}], lease_duration=30)
+
+    @worker.handler("slow")
+    async def slow(payload, ctx):
+        (MARKS / ("started-" + ctx.id)).touch()
+        await asyncio.sleep(float(payload.data))
+        (MARKS / ("done-" + ctx.id)).touch()
+
+    return worker
+"""
+
+
+@asynccontextmanager
+async def worker_process(
+    server: SeppTestServer, tmp_path: Path
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """A ``sepp-lite worker`` child on a fresh queue, once it has started."""
+    queue = unique_queue()
+    module = tmp_path / "slow_tasks.py"
+    module.write_text(WORKER_MODULE.format(marks=str(tmp_path), queue=queue))
+    argv = ["worker", "slow_tasks:make_worker", "--app-dir", str(tmp_path)]
+    async with started(*argv, "--addr", server.addr, "--api-key", SECRET) as proc:
+        assert proc.stderr is not None
+        while True:  # the worker logs "... started: queues=..." once it is polling
+            line = (await asyncio.wait_for(proc.stderr.readline(), 30)).decode()
+            assert line, "the worker exited before starting"
+            if "started: queues=" in line:
+                break
+        yield proc, queue
+
+
+async def enqueue_and_wait_for_start(
+    server: SeppTestServer, tmp_path: Path, queue: str, seconds: float
+) -> str:
+    async with await sepp.SeppClient.connect(server.addr) as client:
+        payload = sepp.Payload(str(seconds).encode(), "text/plain")
+        ack = await client.enqueue(sepp.EnqueueRequest(queue, "slow", payload=payload))
+    for _ in range(500):
+        if (tmp_path / f"started-{ack.job_id}").exists():
+            return ack.job_id
+        await asyncio.sleep(0.01)
+    raise AssertionError("the handler never started")
+
+
+async def test_worker_drains_and_exits_0_on_sigterm(server: SeppTestServer, tmp_path: Path) -> None:
+    async with worker_process(server, tmp_path) as (proc, queue):
+        job_id = await enqueue_and_wait_for_start(server, tmp_path, queue, 0.5)
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    text = err.decode()
+    assert proc.returncode == 0, text
+    # The job in flight finished and was acked before the process left.
+    assert (tmp_path / f"done-{job_id}").exists()
+    assert server.counts(queue) == (0, 0, 0, 0)
+    assert "SIGTERM received: shutting down gracefully" in text and "stopped" in text
+    assert "Traceback" not in text and SECRET not in text
+
+
+async def test_worker_second_signal_stops_hard_with_exit_1(
+    server: SeppTestServer, tmp_path: Path
+) -> None:
+    async with worker_process(server, tmp_path) as (proc, queue):
+        job_id = await enqueue_and_wait_for_start(server, tmp_path, queue, 60)
+        proc.send_signal(signal.SIGINT)
+        await asyncio.sleep(0.2)  # the first signal starts the drain...
+        assert proc.returncode is None
+        proc.send_signal(signal.SIGTERM)  # ...the second one ends it
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    text = err.decode()
+    assert proc.returncode == 1, text
+    assert text.rstrip().splitlines()[-1].startswith("error: stopped hard by a second signal")
+    assert not (tmp_path / f"done-{job_id}").exists()
+    assert server.counts(queue).in_flight == 1  # left to its lease, never acked
+    assert "Traceback" not in text and SECRET not in text
