@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import platform
-import socket
 import ssl
 import sys
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from grpclib.metadata import decode_grpc_message
 from grpclib.utils import Wrapper
 from hpack import NeverIndexedHeaderTuple
 
+from sepp_lite._cork import Corked
 from sepp_lite._version import __version__
 from sepp_lite.errors import (
     ConnectError,
@@ -337,7 +337,8 @@ class Transport:
                 frame = b"\x00%s%s" % (len(request).to_bytes(4, "big"), request)
                 release = None
                 try:
-                    with _Corked(processor.connection, loop):
+                    # grpclib's Connection keeps its asyncio transport in `_transport`.
+                    with Corked(getattr(processor.connection, "_transport", None)):
                         release = await stream.send_request(headers, _processor=processor)
                         await stream.send_data(frame, end_stream=True)
                     return await self._receive(stream)
@@ -403,48 +404,6 @@ async def _read(stream: Any, size: int) -> bytes:
     except AssertionError:
         raise GRPCError(Status.INTERNAL, "the response ended inside a message") from None
     return data
-
-
-_TCP_CORK = getattr(socket, "TCP_CORK", None)  # Linux only; elsewhere no coalescing
-
-
-class _Corked:
-    """Hold back a call's HEADERS and DATA frames and send them as one TCP segment.
-
-    grpclib writes the two frames separately; on loopback each write costs a full
-    transmission, about a tenth of a small call's CPU time. TCP_CORK on the socket
-    while both writes happen, then uncorking, sends them together. Should the call
-    suspend while corked (the stream limit or write backpressure), the uncork that was
-    scheduled with ``call_soon`` runs first, so no other call's frames are held back.
-    """
-
-    __slots__ = ("_handle", "_loop", "_sock")
-
-    def __init__(self, connection: Any, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._sock = None
-        if _TCP_CORK is not None:
-            # grpclib keeps the asyncio transport of a connection in `_transport`.
-            transport = getattr(connection, "_transport", None)
-            sock = transport.get_extra_info("socket") if transport is not None else None
-            if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-                self._sock = sock
-
-    def __enter__(self) -> None:
-        if self._sock is not None:
-            self._set(1)
-            self._handle = self._loop.call_soon(self._set, 0)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._sock is not None:
-            self._handle.cancel()
-            self._set(0)
-
-    def _set(self, value: int) -> None:
-        try:
-            self._sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, value)  # type: ignore[union-attr]
-        except OSError:  # the socket is closing; grpclib reports that on its own
-            pass
 
 
 def _user_agent() -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import Awaitable, Mapping
 from typing import Any, Callable, Optional
 
@@ -20,6 +19,7 @@ from grpclib.server import Stream
 
 from sepp_lite._codec import server as codec
 from sepp_lite._codec._wire import guarded, read_len, read_tag, skip_field
+from sepp_lite._cork import Corked
 from sepp_lite.errors import DecodeError
 from sepp_lite.testing._state import QueueState, RpcError
 
@@ -34,45 +34,6 @@ INVALID_KEY = "invalid API key"
 _SERVING = b"\x08\x01"  # HealthCheckResponse{status: SERVING}
 
 Call = Callable[[bytes], Awaitable[bytes]]
-
-_TCP_CORK = getattr(socket, "TCP_CORK", None)  # Linux only; elsewhere no coalescing
-
-
-class _Corked:
-    """Hold back a call's frames (WINDOW_UPDATE, HEADERS, DATA, trailers) and send them
-    as one TCP segment. grpclib writes each frame on its own, and on loopback every
-    write is a full transmission that wakes the peer: most of a small call's CPU time.
-    If the call suspends while corked (a long poll, backpressure), the uncork scheduled
-    with ``call_soon`` runs first, so nothing else is ever held back."""
-
-    __slots__ = ("_handle", "_sock")
-
-    def __init__(self, stream: Stream[bytes, bytes]) -> None:
-        self._sock: Any = None
-        self._handle: Optional[asyncio.Handle] = None
-        if _TCP_CORK is None:
-            return
-        # grpclib's Peer keeps the connection's asyncio transport in `_transport`.
-        transport = getattr(getattr(stream, "peer", None), "_transport", None)
-        sock = None if transport is None else transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            self._sock = sock
-
-    def __enter__(self) -> None:
-        if self._sock is not None:
-            self._set(1)
-            self._handle = asyncio.get_running_loop().call_soon(self._set, 0)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._set(0)
-
-    def _set(self, value: int) -> None:
-        try:
-            self._sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, value)
-        except OSError:  # the connection is closing; grpclib deals with that
-            pass
 
 
 class RawCodec(CodecBase):
@@ -283,7 +244,8 @@ class QueueService:
         async def handle(stream: Stream[bytes, bytes]) -> None:
             self._active += 1
             try:
-                with _Corked(stream):
+                # grpclib's Peer keeps the connection's asyncio transport in `_transport`.
+                with Corked(getattr(getattr(stream, "peer", None), "_transport", None)):
                     if auth:
                         self._authorize(stream.metadata)
                     data = await self._receive(stream)
