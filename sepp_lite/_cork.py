@@ -1,11 +1,12 @@
-"""Corked: send the frames one call writes as one TCP segment (client and test server).
+"""Corked: send the frames written during one event-loop iteration as one TCP segment.
 
 grpclib writes every HTTP/2 frame on its own; on loopback each write is a full
-transmission that wakes the peer, a tenth or more of a small call's CPU time. Setting
-TCP_CORK while a call writes its frames, then clearing it, sends them together. Should
-the call suspend while corked (the stream limit, backpressure, a long poll), the uncork
-scheduled with ``call_soon`` runs first, so no other call's frames are held back.
-Linux only; elsewhere it does nothing.
+transmission that wakes the peer, a tenth or more of a small call's CPU time. The
+first call that writes on a connection in an iteration sets TCP_CORK and schedules
+the uncork with ``call_soon``, which runs at the start of the next iteration: every
+frame written until then, by this call or by any other (64 concurrent acks of a Worker,
+many answers of a server), leaves in one transmission. Nothing waits longer than one
+loop iteration. Linux only; elsewhere it does nothing.
 """
 
 from __future__ import annotations
@@ -15,35 +16,28 @@ import socket
 from typing import Any, Optional
 
 _TCP_CORK: Optional[int] = getattr(socket, "TCP_CORK", None)
+_corked: set[Any] = set()  # sockets corked in this iteration, uncork pending
 
 
-class Corked:
-    """``with Corked(transport): ...`` around a burst of writes on ``transport`` (an
-    asyncio transport, TLS or not; anything else, or ``None``, is left alone)."""
+def cork(transport: Any) -> None:
+    """Hold back what ``transport`` (an asyncio transport, TLS or not) writes until
+    the next loop iteration; anything else, or ``None``, is left alone."""
+    if _TCP_CORK is None or transport is None:
+        return
+    sock = transport.get_extra_info("socket")
+    if sock is None or sock in _corked or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 1)
+    except OSError:  # the connection is closing; grpclib reports that on its own
+        return
+    _corked.add(sock)
+    asyncio.get_running_loop().call_soon(_uncork, sock)
 
-    __slots__ = ("_handle", "_sock")
 
-    def __init__(self, transport: Any) -> None:
-        self._sock: Any = None
-        self._handle: Optional[asyncio.Handle] = None
-        if _TCP_CORK is None or transport is None:
-            return
-        sock = transport.get_extra_info("socket")
-        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
-            self._sock = sock
-
-    def __enter__(self) -> None:
-        if self._sock is not None:
-            self._set(1)
-            self._handle = asyncio.get_running_loop().call_soon(self._set, 0)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._set(0)
-
-    def _set(self, value: int) -> None:
-        try:
-            self._sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, value)
-        except OSError:  # the connection is closing; grpclib reports that on its own
-            pass
+def _uncork(sock: Any) -> None:
+    _corked.discard(sock)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, _TCP_CORK, 0)
+    except OSError:
+        pass

@@ -25,7 +25,7 @@ from grpclib.metadata import decode_grpc_message
 from grpclib.utils import Wrapper
 from hpack import NeverIndexedHeaderTuple
 
-from sepp_lite._cork import Corked
+from sepp_lite._cork import cork
 from sepp_lite._version import __version__
 from sepp_lite.errors import (
     ConnectError,
@@ -338,9 +338,9 @@ class Transport:
                 release = None
                 try:
                     # grpclib's Connection keeps its asyncio transport in `_transport`.
-                    with Corked(getattr(processor.connection, "_transport", None)):
-                        release = await stream.send_request(headers, _processor=processor)
-                        await stream.send_data(frame, end_stream=True)
+                    cork(getattr(processor.connection, "_transport", None))
+                    release = await stream.send_request(headers, _processor=processor)
+                    await stream.send_data(frame, end_stream=True)
                     return await self._receive(stream)
                 finally:
                     if release is not None:

@@ -19,7 +19,7 @@ from grpclib.server import Stream
 
 from sepp_lite._codec import server as codec
 from sepp_lite._codec._wire import guarded, read_len, read_tag, skip_field
-from sepp_lite._cork import Corked
+from sepp_lite._cork import cork
 from sepp_lite.errors import DecodeError
 from sepp_lite.testing._state import QueueState, RpcError
 
@@ -244,12 +244,13 @@ class QueueService:
         async def handle(stream: Stream[bytes, bytes]) -> None:
             self._active += 1
             try:
+                if auth:
+                    self._authorize(stream.metadata)
+                data = await self._receive(stream)
+                answer = await self._answer(call, data)
                 # grpclib's Peer keeps the connection's asyncio transport in `_transport`.
-                with Corked(getattr(getattr(stream, "peer", None), "_transport", None)):
-                    if auth:
-                        self._authorize(stream.metadata)
-                    data = await self._receive(stream)
-                    await _reply(stream, await self._answer(call, data))
+                cork(getattr(getattr(stream, "peer", None), "_transport", None))
+                await _reply(stream, answer)
             finally:
                 self._active -= 1
                 if self._active == 0 and self._idle is not None:
