@@ -114,11 +114,12 @@ class Server:
 
 
 def run_client(
-    python: Path, client: str, workload: str, jobs: int, server: Server
+    python: Path, client: str, workload: str, jobs: int, server: Server, skip: int = 0
 ) -> dict[str, Any]:
     before = server.cpu_seconds()
-    out = sh(python, BENCH / "workloads.py", "--client", client, "--addr", server.addr,
-             "--workload", workload, "--jobs", str(jobs), cwd=ROOT)  # fmt: skip
+    args = ["--client", client, "--addr", server.addr, "--workload", workload]
+    out = sh(python, BENCH / "workloads.py", *args, "--jobs", str(jobs), "--skip", str(skip),
+             cwd=ROOT)  # fmt: skip
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     result["server_cpu_s"] = server.cpu_seconds() - before
     return result
@@ -169,17 +170,41 @@ def summarize(workload: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str,
     return summary
 
 
-def pypy_runs(
-    pypy: Path, server_python: Path, workload: str, rounds: int, jobs: int
-) -> dict[str, Any]:
-    server = Server(server_python)
+# PyPy against CPython, both running sepp_lite, measured in steady state: each run
+# leaves its first half out (the JIT compiles during it; a worker runs for hours).
+PYPY_JOBS = {"batch": 51200, "reserve_ack": 20000, "worker": 20000, "small_call": 6000}
+
+
+def pypy_comparison(pypy: Path, cpython: Path, workload: str, rounds: int) -> dict[str, Any]:
+    """Alternate PyPy and CPython clients against a PyPy server (faster than a CPython
+    one, so it is less likely to limit the clients; its CPU share is reported)."""
+    jobs = PYPY_JOBS[workload]
+    server = Server(pypy)
+    runs: dict[str, list[dict[str, Any]]] = {"pypy": [], "cpython": []}
     try:
-        runs = [run_client(pypy, "sepp_lite", workload, jobs, server) for _ in range(rounds)]
+        run_client(pypy, "sepp_lite", workload, jobs // 4, server)  # warm the server up
+        for index in range(rounds):
+            order = ["pypy", "cpython"] if index % 2 == 0 else ["cpython", "pypy"]
+            for name in order:
+                python = pypy if name == "pypy" else cpython
+                runs[name].append(
+                    run_client(python, "sepp_lite", workload, jobs, server, jobs // 2)
+                )
     finally:
         server.stop()
+    speedups = [
+        a["jobs_per_cpu_s"] / b["jobs_per_cpu_s"] for a, b in zip(runs["pypy"], runs["cpython"])
+    ]
     return {
-        "cpu_us": _median(runs, "cpu_us_per_job"),
-        "jobs_per_cpu_s": _median(runs, "jobs_per_cpu_s"),
+        "jobs": jobs,
+        "pypy_cpu_us": _median(runs["pypy"], "cpu_us_per_job"),
+        "cpython_cpu_us": _median(runs["cpython"], "cpu_us_per_job"),
+        "pypy_jobs_per_cpu_s": _median(runs["pypy"], "jobs_per_cpu_s"),
+        "cpython_jobs_per_cpu_s": _median(runs["cpython"], "jobs_per_cpu_s"),
+        "speedup_pair_median": statistics.median(speedups),
+        "server_cpu_share": statistics.median(
+            r["server_cpu_s"] / max(r["wall_s"], 1e-9) for r in runs["pypy"] + runs["cpython"]
+        ),
         "runs": runs,
     }
 
@@ -307,17 +332,24 @@ def _footprint_rows(foot: dict[str, Any]) -> list[str]:
 
 
 def _pypy_rows(report: dict[str, Any]) -> list[str]:
-    cpython = {row["workload"]: row for row in report["workloads"]}
     lines = [
         "",
-        _row("sepp_lite on PyPy", "µs per job", "jobs per CPU s", "vs sepp_lite on CPython"),
-        _row("---", "---:", "---:", "---:"),
-    ]
+        "sepp_lite on PyPy and on CPython, same run, alternating, against a PyPy server; "
+        "steady state (each run's first half, the JIT's warm-up, is left out):",
+        "",
+        _row("workload", "PyPy jobs/CPU s", "CPython jobs/CPU s",
+             "PyPy / CPython (median of pairs)", "server CPU share"),
+        _row("---", "---:", "---:", "---:", "---:"),
+    ]  # fmt: skip
     for workload, row in report["pypy"].items():
-        base = cpython.get(workload, {}).get("sepp_lite_cpu_us")
-        speedup = f"{base / row['cpu_us']:.2f}× the throughput" if base else "—"
         lines.append(
-            _row(workload, f"{row['cpu_us']:.1f}", f"{row['jobs_per_cpu_s']:.0f}", speedup)
+            _row(
+                LABELS[workload].split(",")[0],
+                f"{row['pypy_jobs_per_cpu_s']:.0f}",
+                f"{row['cpython_jobs_per_cpu_s']:.0f}",
+                f"{row['speedup_pair_median']:.2f}×",
+                f"{row['server_cpu_share']:.2f}",
+            )
         )
     lines += ["", "Goal: PyPy Worker throughput ≥ 1.5× sepp_lite's own on CPython."]
     return lines
@@ -403,11 +435,13 @@ def main() -> int:
         print("== PyPy", flush=True)
         pypy_python = venv(ROOT / ".venv-bench-pypy", pypy, str(ROOT))
         report["pypy_versions"] = versions(pypy_python)
-        report["pypy"] = {
-            w: pypy_runs(pypy_python, python, w, args.rounds, args.jobs)
-            for w in args.workloads.split(",")
-            if w in ("batch", "reserve_ack", "worker", "small_call")
-        }
+        report["pypy"] = {}
+        for workload in args.workloads.split(","):
+            if workload in PYPY_JOBS:
+                print(f"== PyPy: {workload}", flush=True)
+                report["pypy"][workload] = pypy_comparison(
+                    pypy_python, python, workload, args.rounds
+                )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(report, indent=2))
     (RESULTS / "latest.md").write_text(markdown(report))

@@ -41,30 +41,52 @@ def request(sepp: Any, queue: str, index: int) -> Any:
     )
 
 
-async def batch(sepp: Any, client: Any, jobs: int) -> dict[str, float]:
+class Meter:
+    """Counts finished jobs and times (CPU and wall) those after the first ``skip``, so a
+    run can leave out its warm-up (PyPy's JIT compiles during the first seconds)."""
+
+    def __init__(self, skip: int) -> None:
+        self.skip = skip
+        self.done = 0
+        self.cpu = self.wall = 0.0
+        if skip == 0:
+            self.cpu, self.wall = time.process_time(), time.perf_counter()
+
+    def tick(self, count: int = 1) -> None:
+        before = self.done
+        self.done += count
+        if before < self.skip <= self.done:
+            self.cpu, self.wall = time.process_time(), time.perf_counter()
+
+    def result(self) -> dict[str, float]:
+        return _result(self.cpu, self.wall, max(0, self.done - self.skip))
+
+
+async def batch(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     batches = [[request(sepp, queue, i) for i in range(256)] for _ in range(max(1, jobs // 256))]
     await client.enqueue_batch(batches[0])  # warm-up
-    cpu, wall = time.process_time(), time.perf_counter()
+    meter = Meter(skip)
     for jobs_ in batches[1:]:
         await client.enqueue_batch(jobs_)
-    done = 256 * (len(batches) - 1)
-    return _result(cpu, wall, done)
+        meter.tick(256)
+    return meter.result()
 
 
-async def concurrent_enqueue(sepp: Any, client: Any, jobs: int) -> dict[str, float]:
+async def concurrent_enqueue(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     per_caller = max(1, jobs // 16)
     requests = [[request(sepp, queue, i) for i in range(per_caller)] for _ in range(16)]
     await client.enqueue(request(sepp, queue, 0))
+    meter = Meter(skip)
 
     async def caller(items: list[Any]) -> None:
         for item in items:
             await client.enqueue(item)
+            meter.tick()
 
-    cpu, wall = time.process_time(), time.perf_counter()
     await asyncio.gather(*(caller(items) for items in requests))
-    return _result(cpu, wall, per_caller * 16)
+    return meter.result()
 
 
 async def _fill(sepp: Any, client: Any, queue: str, jobs: int) -> None:
@@ -75,53 +97,52 @@ async def _fill(sepp: Any, client: Any, queue: str, jobs: int) -> None:
         )  # fmt: skip
 
 
-async def reserve_ack(sepp: Any, client: Any, jobs: int) -> dict[str, float]:
+async def reserve_ack(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     await _fill(sepp, client, queue, jobs + 32)
     opts = sepp.ReserveOptions([queue], timedelta(seconds=60), timedelta(seconds=1), max_jobs=32)
     for job in await client.reserve(opts) or []:  # warm-up
         await client.ack(job.ctx)
-    cpu, wall = time.process_time(), time.perf_counter()
-    done = 0
-    while done < jobs:
+    meter = Meter(skip)
+    while meter.done < jobs:
         reserved = await client.reserve(opts)
         if not reserved:
             break
         for job in reserved:
             await client.ack(job.ctx)
-        done += len(reserved)
-    return _result(cpu, wall, done)
+        meter.tick(len(reserved))
+    return meter.result()
 
 
-async def worker(sepp: Any, client: Any, jobs: int) -> dict[str, float]:
+async def worker(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     await _fill(sepp, client, queue, jobs)
-    done = 0
     worker_ = sepp.Worker(client, [queue], timedelta(seconds=60), max_in_flight=64)
     handle = worker_.shutdown_handle()
+    meter = Meter(skip)
 
     @worker_.handler("bench")
     async def noop(payload: Any, ctx: Any) -> None:
-        nonlocal done
-        done += 1
-        if done == jobs:
+        meter.tick()
+        if meter.done == jobs:
             handle.shutdown()
 
-    cpu, wall = time.process_time(), time.perf_counter()
     await asyncio.wait_for(worker_.run(), 600)
-    return _result(cpu, wall, done)
+    return meter.result()
 
 
-async def small_call(sepp: Any, client: Any, calls: int) -> dict[str, float]:
+async def small_call(sepp: Any, client: Any, calls: int, skip: int) -> dict[str, float]:
     for _ in range(50):
         await client.get_server_info()
     latencies = []
-    cpu, wall = time.process_time(), time.perf_counter()
+    meter = Meter(skip)
     for _ in range(calls):
         start = time.perf_counter()
         await client.get_server_info()
-        latencies.append((time.perf_counter() - start) * 1e6)
-    result = _result(cpu, wall, calls)
+        if meter.done >= skip:
+            latencies.append((time.perf_counter() - start) * 1e6)
+        meter.tick()
+    result = meter.result()
     latencies.sort()
     result["p50_us"] = statistics.median(latencies)
     result["p99_us"] = latencies[int(len(latencies) * 0.99) - 1]
@@ -139,7 +160,7 @@ def _result(cpu: float, wall: float, done: int) -> dict[str, float]:
     }
 
 
-async def connect(sepp: Any, client: Any, jobs: int) -> dict[str, float]:
+async def connect(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
     """Only connect (and one call): for the RSS of a connected client."""
     await client.get_server_info()
     return {"jobs": 0, "cpu_us_per_job": 0.0, "jobs_per_cpu_s": 0.0, "wall_s": 0.0}
@@ -159,7 +180,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     sepp = importlib.import_module(args.client)
     client = await sepp.SeppClient.connect(args.addr)
     try:
-        result = await WORKLOADS[args.workload](sepp, client, args.jobs)
+        result = await WORKLOADS[args.workload](sepp, client, args.jobs, args.skip)
         result["rss_kib"] = rss_kib()
         return result
     finally:
@@ -172,6 +193,9 @@ if __name__ == "__main__":
     parser.add_argument("--addr", required=True)
     parser.add_argument("--workload", choices=sorted(WORKLOADS), required=True)
     parser.add_argument("--jobs", type=int, default=5000)
+    parser.add_argument(
+        "--skip", type=int, default=0, help="jobs to finish before measuring (warm-up)"
+    )
     arguments = parser.parse_args()
     outcome = asyncio.run(main(arguments))
     outcome.update(client=arguments.client, workload=arguments.workload)
