@@ -63,6 +63,11 @@ demo: install
 bench: install
 	$(PY) bench/run.py $(BENCH_ARGS)
 
+# 100,000 jobs over 10 minutes through 4 worker processes, checked job by job, with
+# worker memory sampled (SOAK_ARGS="--minutes 3 --jobs 30000" for a shorter run).
+soak: install
+	$(PY) bench/soak.py $(SOAK_ARGS)
+
 check: lint typecheck test
 
 clean:

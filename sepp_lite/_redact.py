@@ -12,12 +12,17 @@ import logging
 
 _SECRET_NAMES = frozenset({b"authorization", "authorization"})
 _HPACK_LOGGERS = ("hpack.hpack", "hpack.table")
+# hpack messages whose first argument is a whole header block: once the other headers
+# are indexed, a block is little more than the (Huffman-coded) authorization value, so
+# a block of any size may hold a credential.
+_BLOCK_MESSAGES = frozenset({"Encoded header block to %s", "Decoding %s"})
+_BYTES = (bytes, bytearray, memoryview)
 
 
 def _redacted(value: object) -> object:
     if isinstance(value, tuple) and len(value) == 2 and value[0] in _SECRET_NAMES:
         return (value[0], "<redacted>")
-    if isinstance(value, (bytes, bytearray, memoryview)) and len(value) > 32:
+    if isinstance(value, _BYTES) and len(value) > 32:
         return f"<{len(value)}-byte header block, not logged>"
     return value
 
@@ -26,8 +31,15 @@ class RedactHeaders(logging.Filter):
     """Rewrites hpack's DEBUG records: secret headers and raw header blocks are hidden."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if isinstance(record.args, tuple):
-            record.args = tuple(_redacted(arg) for arg in record.args)
+        args = record.args
+        if not isinstance(args, tuple) or not args:
+            return True
+        if record.msg in _BLOCK_MESSAGES and isinstance(args[0], _BYTES):
+            args = (f"<{len(args[0])}-byte header block, not logged>", *args[1:])
+        elif len(args) >= 2 and isinstance(args[0], (bytes, str)) and args[0] in _SECRET_NAMES:
+            # "Adding %s=%s ...": hpack 4.1 shows a never-indexed value in clear.
+            args = (args[0], "<redacted>", *args[2:])
+        record.args = tuple(_redacted(arg) for arg in args)
         return True
 
 

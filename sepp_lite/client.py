@@ -77,6 +77,8 @@ class SeppClient:
         self._rpc_timeout = as_timedelta(rpc_timeout, "rpc_timeout", positive=True).total_seconds()
         self._retry_policy = retry_policy or RetryPolicy()
         metadata = tuple((str(key), str(value)) for key, value in (auth_metadata or ()))
+        if metadata:
+            protect_credentials_in_logs()  # before any header is encoded
         self._auth = bool(metadata)
         self._tls = channel._ssl is not None  # grpclib keeps the SSL context it was given
         self._transport = Transport(
@@ -128,8 +130,6 @@ class SeppClient:
         """
         target = parse_address(addr)
         metadata = bearer_metadata(api_key)
-        if metadata:
-            protect_credentials_in_logs()
         use_tls = bool(tls or target.tls or tls_ca_cert or tls_domain or credentials)
         if metadata and not use_tls:
             logger.warning(

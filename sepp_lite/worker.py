@@ -87,7 +87,7 @@ class DuplicateHandlerError(SeppError):
 class _Run:
     """One delivery being processed: the flags that decide whether it may be settled."""
 
-    __slots__ = ("abandoned", "handler_task", "job", "lease_lost", "settling", "task")
+    __slots__ = ("abandoned", "handler_task", "job", "lease_lost", "settling", "stopped", "task")
 
     def __init__(self, job: Job) -> None:
         self.job = job
@@ -96,6 +96,7 @@ class _Run:
         self.lease_lost = False
         self.abandoned = False
         self.settling = False
+        self.stopped = False  # run() was cancelled: a hard stop
 
     def stop_handler(self) -> None:
         target = self.handler_task if self.handler_task is not None else self.task
@@ -104,6 +105,17 @@ class _Run:
 
 
 _STOPPED = object()  # the verdict of a run whose lease was lost or that was abandoned
+
+
+def _unsettled_reason(run: _Run, outcome: object) -> str | None:
+    """Why this delivery must not be acked or nacked, or None when it may be."""
+    if run.lease_lost:
+        return "its lease was lost"
+    if run.stopped:
+        return "the worker was stopped"
+    if run.abandoned or outcome is _STOPPED:
+        return "shutdown timed out"
+    return None
 
 
 def default_worker_id() -> str:
@@ -273,6 +285,10 @@ class Worker:
                 if not await self._poll(permits, jobs, until_idle):
                     break
         except asyncio.CancelledError:
+            for run in self._active:
+                # A handler may swallow its cancellation and return: that must not
+                # become an ack. A hard stop leaves every job to its lease.
+                run.stopped = True
             await jobs.cancel()
             raise
         logger.info("worker %s draining %d in-flight job(s)", self.worker_id, len(jobs))
@@ -377,10 +393,10 @@ class Worker:
             outcome = await self._handle_with_keeper(run, handler)
         else:
             outcome = await self._handle(run, handler)
-        if outcome is _STOPPED or run.lease_lost or run.abandoned:
+        reason = _unsettled_reason(run, outcome)
+        if reason is not None:
             # Another delivery may own the job now: settling it could ack someone
             # else's work, so the lease is left to lapse instead.
-            reason = "its lease was lost" if run.lease_lost else "shutdown timed out"
             logger.error("job %s not settled: %s (handler cancelled)", ctx.id, reason)
             _otel.mark_error(span, f"not settled: {reason}")
             return
@@ -435,6 +451,8 @@ class Worker:
         extend_by = self._opts.lease_duration
         while True:
             await asyncio.sleep(self._keeper_interval(lease.known_expiry_ms))
+            if run.abandoned:
+                return  # shutdown gave up on the job (its handler ignored that): let it lapse
             try:
                 await lease.extend(extend_by)
                 continue

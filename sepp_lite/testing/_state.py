@@ -56,6 +56,16 @@ _HEX = frozenset("0123456789abcdefABCDEF")
 # Stale lease-heap entries (acked, extended, nacked jobs) are dropped lazily; rebuild
 # the heap when they outnumber the live ones by this much.
 _COMPACT_AT = 4096
+# The running totals kept by QueueState.totals().
+_TOTALS = (
+    "enqueued",
+    "deduplicated",
+    "delivered",
+    "acked",
+    "nacked",
+    "dead_lettered",
+    "lease_expired",
+)
 
 Delivery = tuple[JobRecord, int, int]
 """``(job, attempt, lease_expires_ms)``, as :func:`encode_reserve` takes it."""
@@ -418,6 +428,7 @@ class QueueState:
         self._timer_at: Optional[int] = None
         self._next_due: Optional[int] = None
         self._closing = False
+        self._totals = dict.fromkeys(_TOTALS, 0)
 
     # -- bookkeeping -------------------------------------------------------------------
 
@@ -510,6 +521,7 @@ class QueueState:
         return queue
 
     def _dead_letter(self, job: _Job, cause: Cause, now: int, reason: Optional[str]) -> None:
+        self._totals["dead_lettered"] += 1
         job.state = _S.GONE
         del self._jobs[job.id]
         if self._retention <= 0:
@@ -556,6 +568,7 @@ class QueueState:
             job = entry[3]
             queue = self._queues[job.queue]
             queue.in_flight -= 1
+            self._totals["lease_expired"] += 1
             if job.attempt >= job.max_attempts:
                 log.info("job %s dead-lettered: lease expired on its last attempt", job.id)
                 self._dead_letter(job, Cause.LEASE_EXPIRED, now, None)
@@ -696,6 +709,7 @@ class QueueState:
             scheduled_at=req.scheduled_at,
         )
         self._jobs[job_id] = job
+        self._totals["enqueued"] += 1
         at = req.scheduled_at
         due = None if at is None else timestamp_ms(*at)
         if due is not None and due > now:
@@ -712,6 +726,7 @@ class QueueState:
     def _commit(self, job: EnqueueIn, now: int) -> EnqueueOutcome:
         hit = self._dedup_hit(job, now)
         if hit is not None:
+            self._totals["deduplicated"] += 1
             return hit
         queue = self._queue(job.queue)
         cap = self.limits_for(job.queue).max_queue_depth
@@ -751,6 +766,8 @@ class QueueState:
             acks = []
             for job in jobs:
                 hit = self._dedup_hit(job, now)
+                if hit is not None:
+                    self._totals["deduplicated"] += 1
                 acks.append(
                     hit if hit is not None else self._insert(job, self._queue(job.queue), now)
                 )
@@ -827,6 +844,7 @@ class QueueState:
                     out.append((job, job.attempt, expires))
                 if len(out) >= plan.max_jobs:
                     break
+            self._totals["delivered"] += len(out)
             return out
         finally:
             self._end()
@@ -865,6 +883,7 @@ class QueueState:
             self._release_lease(job)
             job.state = _S.GONE
             del self._jobs[job.id]
+            self._totals["acked"] += 1
             return job.id
         finally:
             self._end()
@@ -894,6 +913,7 @@ class QueueState:
             delay = self._retry_delay_ms(req)
             job = self._in_flight(req.job_id, req.attempt)
             queue = self._release_lease(job)
+            self._totals["nacked"] += 1
             forced = req.retry is not None and req.retry[0] == "dead_letter"
             if forced or job.attempt >= job.max_attempts:
                 cause = Cause.REJECTED if forced else Cause.ATTEMPTS_EXHAUSTED
@@ -1041,6 +1061,16 @@ class QueueState:
         if record is None or record[1] <= self.clock.now_ms():
             return None
         return record
+
+    def totals(self) -> dict[str, int]:
+        """Running totals since this state was created, after any due timer work:
+        ``enqueued`` (new jobs; deduplicated enqueues not included), ``deduplicated``
+        (enqueues answered with an existing job), ``delivered`` (jobs handed out by
+        Reserve), ``acked``, ``nacked``, ``dead_lettered`` (any cause) and
+        ``lease_expired`` (leases that ran out, whether the job went back to its queue
+        or was dead-lettered). For load, soak and fault tests."""
+        self.sweep()
+        return dict(self._totals)
 
     def stats(self) -> dict[str, int]:
         """Internal sizes (jobs, queues, waiters, timers), for leak checks in tests."""

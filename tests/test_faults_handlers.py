@@ -1,0 +1,302 @@
+"""Handlers that misbehave: one that hangs, one that raises, one that swallows
+cancellation, one that raises CancelledError on its own. The worker's rules hold:
+no ack or nack after its lease is lost or after shutdown abandoned the job (the
+server sees none), a bounded shutdown returns on time, the job is redelivered, and
+the worker goes on with other jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from typing import Any, Optional
+
+import pytest
+
+import sepp_lite as sepp
+from sepp_lite.testing import SeppTestServer
+from tests.client_helpers import connected, unique_queue
+from tests.fault_helpers import running, until
+
+pytestmark = pytest.mark.timeout(60)
+
+LeaseCall = tuple[str, str, int, str]  # (rpc, job id, attempt, outcome)
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[SeppTestServer]:
+    async with SeppTestServer() as srv:
+        yield srv
+
+
+@pytest.fixture
+async def client(server: SeppTestServer) -> AsyncIterator[sepp.SeppClient]:
+    async with connected(server.addr) as c:
+        yield c
+
+
+def record_lease_calls(server: SeppTestServer) -> list[LeaseCall]:
+    """Every ack, nack and extend that reaches the server, with how it ended."""
+    calls: list[LeaseCall] = []
+    for name in ("ack", "nack", "extend"):
+        real = getattr(server.state, name)
+
+        def recorded(req: Any, _real: Any = real, _name: str = name) -> Any:
+            try:
+                result = _real(req)
+            except Exception as error:
+                calls.append((_name, req.job_id, req.attempt, type(error).__name__))
+                raise
+            calls.append((_name, req.job_id, req.attempt, "ok"))
+            return result
+
+        setattr(server.state, name, recorded)
+    return calls
+
+
+def settles(calls: list[LeaseCall], attempt: int) -> list[LeaseCall]:
+    return [c for c in calls if c[0] in ("ack", "nack") and c[2] == attempt]
+
+
+async def steal(client: sepp.SeppClient, queue: str) -> sepp.Job:
+    """Reserve the job as another consumer once its lease has lapsed."""
+    for _ in range(100):
+        jobs = await client.reserve(sepp.ReserveOptions([queue], 30, wait_timeout=0.2))
+        if jobs:
+            return jobs[0]
+    raise AssertionError("the job was never redelivered")
+
+
+# -- a lost lease ----------------------------------------------------------------------
+
+
+class AfterCancel:
+    """What a handler does once it has swallowed its cancellation."""
+
+    RETURN = "returns normally"
+    RAISE = "raises"
+    LINGER = "keeps running, then returns"
+
+
+@pytest.mark.parametrize("after", [AfterCancel.RETURN, AfterCancel.RAISE, AfterCancel.LINGER])
+async def test_a_handler_that_swallows_cancellation_after_a_lost_lease_settles_nothing(
+    server: SeppTestServer, client: sepp.SeppClient, after: str
+) -> None:
+    queue = unique_queue("swallow")
+    calls = record_lease_calls(server)
+    [job_id] = [(await client.enqueue(sepp.EnqueueRequest(queue, "slow"))).job_id]
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+    finished: list[str] = []
+    # The keeper extends every 1 s but the lease is 0.3 s: it lapses, a thief takes the
+    # job, and the keeper's extend finds an attempt mismatch: the lease is lost.
+    worker = sepp.Worker(client, [queue], 0.3, auto_extend_interval=1.0, max_in_flight=1)
+
+    @worker.handler("slow")
+    async def slow(payload: object, ctx: sepp.JobCtx) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()  # and carry on regardless
+        if after == AfterCancel.LINGER:
+            await asyncio.sleep(0.5)
+        finished.append(ctx.id)
+        if after == AfterCancel.RAISE:
+            raise RuntimeError("after the cancellation")
+
+    @worker.handler("quick")
+    async def quick(payload: object, ctx: sepp.JobCtx) -> None:
+        finished.append(ctx.id)
+
+    async with running(worker.run()) as run:
+        await asyncio.wait_for(started.wait(), 5)
+        thief = await steal(client, queue)
+        assert thief.ctx.attempt == 2
+        await asyncio.wait_for(cancelled.wait(), 5)
+        await until(lambda: job_id in finished)
+        await asyncio.sleep(0.1)  # give a settle every chance to go out
+        assert settles(calls, attempt=1) == []
+        assert ("extend", job_id, 1, "RpcError") in calls  # how the loss was found
+        # The worker goes on with other work.
+        other = await client.enqueue(sepp.EnqueueRequest(queue, "quick"))
+        await until(lambda: other.job_id in finished)
+        assert not run.done()
+        worker.shutdown_handle().shutdown()
+        await asyncio.wait_for(asyncio.shield(run), 5)
+    await client.ack(thief.ctx)  # the thief's delivery was never disturbed
+    assert settles(calls, attempt=1) == [("ack", other.job_id, 1, "ok")]
+    assert server.counts(queue) == (0, 0, 0, 0)
+
+
+async def test_a_raising_handler_whose_lease_lapsed_is_fenced_by_the_server(
+    server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Without auto-extend the worker cannot know its lease lapsed: its nack goes out,
+    # and the server refuses it for the old attempt. The new delivery is untouched.
+    caplog.set_level(logging.ERROR, logger="sepp_lite")
+    queue = unique_queue("fenced")
+    calls = record_lease_calls(server)
+    job_id = (await client.enqueue(sepp.EnqueueRequest(queue, "t"))).job_id
+    raised: list[int] = []
+    started = asyncio.Event()
+    worker = sepp.Worker(client, [queue], 0.3, max_in_flight=1)
+
+    @worker.handler("t")
+    async def handler(payload: object, ctx: sepp.JobCtx) -> None:
+        started.set()
+        if ctx.attempt == 1:
+            await asyncio.sleep(0.8)
+        raised.append(ctx.attempt)
+        raise sepp.HandlerError.permanent("give up")
+
+    async with running(worker.run()) as run:
+        await asyncio.wait_for(started.wait(), 5)
+        thief = await steal(client, queue)
+        assert thief.ctx.attempt == 2
+        await until(lambda: raised == [1])
+        await until(lambda: len(settles(calls, 1)) == 1)
+        assert settles(calls, 1) == [("nack", job_id, 1, "RpcError")]  # fenced off
+        assert not run.done()
+        worker.shutdown_handle().shutdown()
+        await asyncio.wait_for(asyncio.shield(run), 5)
+    assert server.state.job(job_id) is not None  # still the thief's, in flight
+    assert await client.nack(thief.ctx, sepp.RetryDirective.dead_letter()) is True
+    errors = [r.getMessage() for r in caplog.records if r.name == "sepp_lite"]
+    assert any("attempt mismatch" in m for m in errors), errors
+
+
+# -- bounded shutdown -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("auto_extend", [False, True], ids=["plain", "auto-extend"])
+@pytest.mark.parametrize("swallows", [False, True], ids=["hangs", "hangs-and-swallows"])
+async def test_bounded_shutdown_returns_on_time_and_the_job_is_redelivered(
+    server: SeppTestServer,
+    client: sepp.SeppClient,
+    caplog: pytest.LogCaptureFixture,
+    auto_extend: bool,
+    swallows: bool,
+) -> None:
+    caplog.set_level(logging.WARNING, logger="sepp_lite")
+    queue = unique_queue("hung")
+    calls = record_lease_calls(server)
+    hung_id = (await client.enqueue(sepp.EnqueueRequest(queue, "hang"))).job_id
+    started = asyncio.Event()
+    release = asyncio.Event()
+    handler_tasks: list[Optional[asyncio.Task[Any]]] = []
+    worker = sepp.Worker(
+        client, [queue], 0.6, max_in_flight=2, shutdown_timeout=0.3, auto_extend=auto_extend
+    )
+
+    @worker.handler("hang")
+    async def hang(payload: object, ctx: sepp.JobCtx) -> None:
+        handler_tasks.append(asyncio.current_task())
+        started.set()
+        while not release.is_set():
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                if not swallows:
+                    raise
+
+    async with running(worker.run()) as run:
+        await asyncio.wait_for(started.wait(), 5)
+        loop = asyncio.get_running_loop()
+        begun = loop.time()
+        worker.shutdown_handle().shutdown()
+        await asyncio.wait_for(asyncio.shield(run), 5)
+        took = loop.time() - begun
+    # 0.3 s of shutdown_timeout, then (for a handler that ignores its cancellation)
+    # 1 s of grace before the worker leaves it behind.
+    if swallows:
+        assert 1.25 <= took < 2.5, took
+    else:
+        assert 0.25 <= took < 1.2, took
+    messages = [r.getMessage() for r in caplog.records if r.name == "sepp_lite"]
+    assert any("shutdown timeout" in m for m in messages)
+    assert any("ignored cancellation" in m for m in messages) is swallows
+    # Nothing settled; the lease was extended once at shutdown (and by the keeper).
+    assert settles(calls, 1) == []
+    assert ("extend", hung_id, 1, "ok") in calls
+    # The lease lapses and the job is redelivered to the next consumer.
+    async with connected(server.addr) as other:
+        thief = await steal(other, queue)
+        assert (thief.ctx.id, thief.ctx.attempt) == (hung_id, 2)
+        # The abandoned handler finally finishes: still no settle for attempt 1.
+        release.set()
+        task = handler_tasks[0]
+        assert task is not None
+        await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 5)
+        await asyncio.sleep(0.05)
+        assert settles(calls, 1) == []
+        await other.ack(thief.ctx)
+    assert server.counts(queue) == (0, 0, 0, 0)
+
+
+async def test_a_handler_raising_cancelled_error_itself_leaves_the_job_to_its_lease(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    # CancelledError that nobody asked for is a BaseException: not a failure to nack.
+    # The job task ends, the job is left to lease expiry, and the worker goes on.
+    queue = unique_queue("selfcancel")
+    calls = record_lease_calls(server)
+    job_id = (await client.enqueue(sepp.EnqueueRequest(queue, "t"))).job_id
+    attempts: list[int] = []
+    worker = sepp.Worker(client, [queue], 0.4, max_in_flight=1)
+
+    @worker.handler("t")
+    async def handler(payload: object, ctx: sepp.JobCtx) -> None:
+        attempts.append(ctx.attempt)
+        if ctx.attempt == 1:
+            raise asyncio.CancelledError()
+
+    async with running(worker.run()) as run:
+        await until(lambda: attempts == [1, 2], timeout=5)
+        await until(lambda: server.counts(queue) == (0, 0, 0, 0))
+        assert not run.done()
+        worker.shutdown_handle().shutdown()
+        await asyncio.wait_for(asyncio.shield(run), 5)
+    assert settles(calls, 1) == []
+    assert settles(calls, 2) == [("ack", job_id, 2, "ok")]
+    assert server.state.totals()["lease_expired"] == 1
+
+
+# -- a hard stop ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("auto_extend", [False, True], ids=["plain", "auto-extend"])
+async def test_cancelling_run_settles_no_job_even_if_its_handler_swallows_the_cancel(
+    server: SeppTestServer, client: sepp.SeppClient, auto_extend: bool
+) -> None:
+    # A hard stop leaves every job in flight to its lease. A handler that swallows
+    # its cancellation and returns must not turn that into an ack.
+    queue = unique_queue("hardstop")
+    calls = record_lease_calls(server)
+    job_id = (await client.enqueue(sepp.EnqueueRequest(queue, "t"))).job_id
+    started = asyncio.Event()
+    returned: list[str] = []
+    worker = sepp.Worker(client, [queue], 30, auto_extend=auto_extend)
+
+    @worker.handler("t")
+    async def handler(payload: object, ctx: sepp.JobCtx) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            pass  # swallowed
+        returned.append(ctx.id)
+
+    run = asyncio.ensure_future(worker.run())
+    try:
+        await asyncio.wait_for(started.wait(), 5)
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(run, 5)
+    finally:
+        run.cancel()
+        await asyncio.gather(run, return_exceptions=True)
+    assert returned == [job_id]
+    await asyncio.sleep(0.05)
+    assert settles(calls, 1) == []
+    assert server.counts(queue) == (0, 0, 1, 0)  # still leased, left to expire
