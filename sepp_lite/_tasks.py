@@ -47,12 +47,20 @@ class TaskSet:
             await asyncio.wait(set(self._tasks), timeout=timeout)
         return not self._tasks
 
-    async def cancel(self) -> None:
-        """Cancel every task and wait until all have finished."""
+    async def cancel(self, grace: float | None = None) -> bool:
+        """Cancel every task and wait until all have finished, or at most ``grace``
+        seconds (a task that swallows its cancellation cannot be stopped: it is left
+        running and reported). True when none is left."""
         tasks = set(self._tasks)
         for task in tasks:
             task.cancel()
-        # gather(return_exceptions=True) absorbs the children's CancelledError only; a
-        # cancellation of the caller itself still propagates out of this await.
         if tasks:
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # asyncio.wait leaves the children alone when the caller itself is cancelled,
+            # so the caller's own cancellation still propagates out of this await.
+            await asyncio.wait(tasks, timeout=grace)
+        left = [task for task in tasks if not task.done()]
+        if left:
+            logger.error(
+                "%d %s task(s) ignored cancellation; leaving them behind", len(left), self._name
+            )
+        return not left

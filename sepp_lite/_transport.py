@@ -73,11 +73,23 @@ def parse_address(addr: str) -> Target:
             raise ValueError(f"cannot parse the address {addr!r}: expected unix:/path")
         return Target(None, None, path, tls)
     host, port_text = _split_host_port(rest.rstrip("/"), addr)
+    host = _ascii_host(host, addr)
     if port_text is None:
         return Target(host, 443, tls=tls)
     if not port_text.isdigit() or not 0 < int(port_text) < 65536:
         raise ValueError(f"cannot parse the address {addr!r}: bad port {port_text!r}")
     return Target(host, int(port_text), tls=tls)
+
+
+def _ascii_host(host: str, addr: str) -> str:
+    """The host as sent on the wire: an internationalised name in its IDNA (punycode)
+    form; a name that cannot be one (an empty label, one over 63 bytes) is refused."""
+    if ":" in host:  # an IPv6 literal
+        return host
+    try:
+        return host.encode("idna").decode("ascii")
+    except UnicodeError:
+        raise ValueError(f"cannot parse the address {addr!r}: invalid host name") from None
 
 
 def _split_host_port(rest: str, addr: str) -> tuple[str, str | None]:
@@ -267,6 +279,7 @@ class Transport:
             (b"user-agent", _user_agent().encode("ascii")),
         ) + _encode_metadata(metadata)
         self._paths: dict[str, bytes] = {}
+        self._tuned: object = None  # the connection _bound_closed_streams last saw
 
     async def connect(self, timeout: float) -> None:
         """Open the connection now (grpclib connects lazily), or raise ConnectError."""
@@ -332,6 +345,9 @@ class Transport:
             with wrapper:
                 protocol = await self.channel.__connect__()
                 processor = protocol.processor
+                if protocol is not self._tuned:
+                    self._tuned = protocol
+                    _bound_closed_streams(processor.connection)
                 stream = processor.connection.create_stream(wrapper=wrapper)
                 headers: Any = self._headers(method, timeout_hint, extra)  # h2 takes bytes too
                 frame = b"\x00%s%s" % (len(request).to_bytes(4, "big"), request)
@@ -358,22 +374,32 @@ class Transport:
                 if status[0] is not Status.OK
                 else GRPCError(Status.INTERNAL, "the server sent no response message")
             )
+        message = await self._message(stream)
+        # Reading on to the end of the stream, rather than waiting for trailers, fails a
+        # response that ends without them at once instead of at the deadline. The
+        # trailers, when sent, came before the end.
+        if await _read(stream, 1):
+            raise GRPCError(Status.INTERNAL, "the server sent more than one response message")
+        status = _grpc_status(stream.trailers or [])
+        if status is None:
+            raise GRPCError(Status.INTERNAL, "the response ended without a grpc-status")
+        if status[0] is not Status.OK:
+            raise GRPCError(*status)
+        if message is None:
+            raise GRPCError(Status.INTERNAL, "the server sent no response message")
+        return message
+
+    async def _message(self, stream: Any) -> bytes | None:
+        """The one response message, or ``None`` when the body is empty."""
         prefix = await _read(stream, 5)
-        if len(prefix) < 5:
-            status = _grpc_status(await stream.recv_trailers())
-            raise GRPCError(*(status or (Status.INTERNAL, "the server sent no response message")))
+        if not prefix:
+            return None
         if prefix[0]:
             raise GRPCError(Status.INTERNAL, "compressed responses are not supported")
         size = int.from_bytes(prefix[1:5], "big")
         if size > self.max_receive:
             raise ResponseTooLargeError(size, self.max_receive)
-        message = await _read(stream, size) if size else b""
-        status = _grpc_status(await stream.recv_trailers())
-        if status is None:
-            raise GRPCError(Status.INTERNAL, "the server sent no grpc-status")
-        if status[0] is not Status.OK:
-            raise GRPCError(*status)
-        return message
+        return await _read(stream, size) if size else b""
 
     async def close(self) -> None:
         """Close the connection and wait (at most a second) until its socket is really
@@ -392,6 +418,23 @@ class Transport:
             await asyncio.sleep(0.01)
         transport.abort()
         await asyncio.sleep(0)
+
+
+# How many closed streams h2 remembers per connection (it answers late frames on them
+# correctly); h2's own default is 65,536, about 8 MiB once reached.
+_CLOSED_STREAMS_KEPT = 2048
+
+
+def _bound_closed_streams(connection: Any) -> None:
+    """Keep fewer closed-stream records on a new connection. h2 files every closed
+    stream in a size-limited dict whose default limit lets a busy worker's memory grow
+    by about 8 MiB over its first 65,536 calls. Both names are private (grpclib's
+    Connection keeps the h2 connection in ``_connection``, h2 the dict in
+    ``_closed_streams``), so anything unexpected is left alone."""
+    h2_connection = getattr(connection, "_connection", None)
+    closed = getattr(h2_connection, "_closed_streams", None)
+    if closed is not None and isinstance(getattr(closed, "_size_limit", None), int):
+        closed._size_limit = min(closed._size_limit, _CLOSED_STREAMS_KEPT)
 
 
 async def _read(stream: Any, size: int) -> bytes:

@@ -289,7 +289,7 @@ class Worker:
                 # A handler may swallow its cancellation and return: that must not
                 # become an ack. A hard stop leaves every job to its lease.
                 run.stopped = True
-            await jobs.cancel()
+            await jobs.cancel(_CANCEL_GRACE_S)
             raise
         logger.info("worker %s draining %d in-flight job(s)", self.worker_id, len(jobs))
         await self._drain(jobs)

@@ -614,3 +614,27 @@ async def test_idle_connection_survives_with_answered_pings() -> None:
             await asyncio.sleep(0.5)
             await client.get_server_info()
             assert proxy.connections == 1
+
+
+@pytest.mark.parametrize(
+    ("addr", "host"),
+    [("bücher.example:50051", "xn--bcher-kva.example"), ("Sepp.Example:1", "Sepp.Example")],
+)
+def test_host_names_are_sent_in_their_idna_form(addr: str, host: str) -> None:
+    assert parse_address(addr).host == host
+
+
+@pytest.mark.parametrize("addr", ["bad..host:1", f"{'a' * 64}.example:1", ".:1"])
+def test_host_names_that_cannot_exist_are_refused_clearly(addr: str) -> None:
+    with pytest.raises(ValueError, match="invalid host name"):
+        parse_address(addr)
+
+
+async def test_a_connection_keeps_a_bounded_record_of_closed_streams() -> None:
+    # h2 remembers up to 65,536 closed streams per connection (about 8 MiB over a long
+    # run); the client lowers that on every connection it opens.
+    async with sepp_server() as server, connected(server.addr) as client:
+        await client.get_server_info()
+        protocol = client._transport.channel._protocol
+        closed = protocol.processor.connection._connection._closed_streams
+        assert closed._size_limit == 2048

@@ -300,3 +300,41 @@ async def test_cancelling_run_settles_no_job_even_if_its_handler_swallows_the_ca
     await asyncio.sleep(0.05)
     assert settles(calls, 1) == []
     assert server.counts(queue) == (0, 0, 1, 0)  # still leased, left to expire
+
+
+async def test_cancelling_run_gives_up_on_a_handler_that_keeps_ignoring_it(
+    server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A handler that swallows every cancellation cannot be stopped; a hard stop still
+    # returns (after a short grace), reports it, and settles nothing for it.
+    queue = unique_queue("stubborn")
+    calls = record_lease_calls(server)
+    await client.enqueue(sepp.EnqueueRequest(queue, "t"))
+    started = asyncio.Event()
+    release = asyncio.Event()
+    worker = sepp.Worker(client, [queue], 30)
+
+    @worker.handler("t")
+    async def handler(payload: object, ctx: sepp.JobCtx) -> None:
+        started.set()
+        while not release.is_set():
+            try:
+                await release.wait()
+            except asyncio.CancelledError:
+                pass  # swallowed, again and again
+
+    run = asyncio.ensure_future(worker.run())
+    loop = asyncio.get_running_loop()
+    try:
+        await asyncio.wait_for(started.wait(), 5)
+        begun = loop.time()
+        run.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(asyncio.shield(run), 5)
+        assert loop.time() - begun < 2.0
+        assert any("ignored cancellation" in r.getMessage() for r in caplog.records)
+    finally:
+        release.set()  # let the stubborn handler end, so the test leaves nothing behind
+        await asyncio.sleep(0.05)
+    assert settles(calls, 1) == []
+    assert server.counts(queue) == (0, 0, 1, 0)
