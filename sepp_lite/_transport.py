@@ -19,7 +19,6 @@ import grpclib
 from grpclib.client import Channel
 from grpclib.config import Configuration
 from grpclib.const import Status
-from grpclib.encoding.base import CodecBase
 from grpclib.exceptions import GRPCError
 from grpclib.metadata import decode_grpc_message
 from grpclib.utils import Wrapper
@@ -155,24 +154,6 @@ def channel_config(keepalive: Keepalive, tls_domain: str | None) -> Configuratio
         _http2_min_sent_ping_interval_without_data=keepalive.time,  # not 300 s
         ssl_target_name_override=tls_domain,  # the name the certificate must carry
     )
-
-
-class RawCodec(CodecBase):
-    """Passes message bytes through: sepp_lite encodes and decodes messages itself.
-    Enforces the receive limit (grpclib has none; it buffers whatever arrives)."""
-
-    __content_subtype__ = "proto"
-
-    def __init__(self, max_receive: int = DEFAULT_MAX_RECEIVE) -> None:
-        self.max_receive = max_receive
-
-    def encode(self, message: bytes, message_type: object) -> bytes:
-        return message
-
-    def decode(self, data: bytes, message_type: object) -> bytes:
-        if len(data) > self.max_receive:
-            raise ResponseTooLargeError(len(data), self.max_receive)
-        return data
 
 
 def describe_connect_failure(exc: BaseException) -> str:

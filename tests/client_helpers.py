@@ -23,8 +23,8 @@ from grpclib.exceptions import GRPCError
 from sepp_lite import SeppClient
 from sepp_lite._codec import server as srv
 from sepp_lite._time import now_ms
-from sepp_lite._transport import RawCodec
 from sepp_lite.testing import QueueState, SeppTestServer, ServerConfig
+from sepp_lite.testing._service import RawCodec
 from sepp_lite.types import EnqueueRequest, JobCtx, Payload, Priority, ReserveOptions
 
 SERVICE = "sepp.v1.QueueService"

@@ -42,8 +42,8 @@ import h2.events
 import h2.exceptions
 from grpclib.protocol import H2Protocol
 
-from sepp_lite._transport import RawCodec
 from sepp_lite.testing import SeppTestServer
+from sepp_lite.testing._service import RawCodec
 
 T = TypeVar("T")
 

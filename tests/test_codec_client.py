@@ -24,7 +24,8 @@ from hypothesis import strategies as st
 
 from sepp_lite import errors
 from sepp_lite._codec import client
-from sepp_lite._convert import decode_server_info, encode_server_info
+from sepp_lite._codec.client import decode_server_info
+from sepp_lite._codec.server import encode_server_info
 from sepp_lite._proto.sepp import v1 as pb
 from sepp_lite.types import (
     DeadLetterCause,
@@ -762,7 +763,7 @@ def test_dead_letter_causes_and_last_reason_presence(cause: int, expected: DeadL
 
 
 # ---------------------------------------------------------------------------------------
-# GetServerInfo (through betterproto, in _convert)
+# GetServerInfo
 
 
 @SOME

@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from sepp_lite import errors
 from sepp_lite._codec import client, server
-from sepp_lite._convert import decode_server_info
+from sepp_lite._codec.client import decode_server_info
 from sepp_lite._proto.sepp import v1 as pb
 from tests import strategies as s
 from tests import wire_edit
@@ -50,7 +50,7 @@ TARGETS: dict[str, Target] = {
     "client.decode_nack": Target(client.decode_nack, "NackResponse", _DECODE),
     "client.decode_extend": Target(client.decode_extend, "ExtendResponse", _DECODE),
     "client.decode_drain": Target(client.decode_drain, "DrainDeadLettersResponse", _DECODE),
-    "_convert.decode_server_info": Target(
+    "decode_server_info": Target(
         decode_server_info,
         "GetServerInfoResponse",
         (errors.DecodeError, errors.MalformedServerInfoError),

@@ -42,7 +42,7 @@ class RawCodec(CodecBase):
 
     __content_subtype__ = "proto"
 
-    def __init__(self, max_message_bytes: int) -> None:
+    def __init__(self, max_message_bytes: int = 16 * 1024 * 1024) -> None:
         self.max_message_bytes = max_message_bytes
 
     def encode(self, message: Any, message_type: Any) -> bytes:
