@@ -116,12 +116,13 @@ class Server:
 def run_client(
     python: Path, client: str, workload: str, jobs: int, server: Server, skip: int = 0
 ) -> dict[str, Any]:
-    before = server.cpu_seconds()
+    before, started = server.cpu_seconds(), time.perf_counter()
     args = ["--client", client, "--addr", server.addr, "--workload", workload]
     out = sh(python, BENCH / "workloads.py", *args, "--jobs", str(jobs), "--skip", str(skip),
              cwd=ROOT)  # fmt: skip
     result: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     result["server_cpu_s"] = server.cpu_seconds() - before
+    result["run_wall_s"] = time.perf_counter() - started
     return result
 
 
@@ -154,7 +155,7 @@ def summarize(workload: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str,
         "pair_ratio_median": statistics.median(pair_ratios),
         "pair_ratios": pair_ratios,
         "server_cpu_share": statistics.median(
-            r["server_cpu_s"] / max(r["wall_s"], 1e-9) for r in lite + official
+            r["server_cpu_s"] / max(r["run_wall_s"], 1e-9) for r in lite + official
         ),
         "sepp_lite_rss_kib": _median(lite, "rss_kib"),
         "sepp_rss_kib": _median(official, "rss_kib"),
@@ -175,11 +176,13 @@ def summarize(workload: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str,
 PYPY_JOBS = {"batch": 51200, "reserve_ack": 20000, "worker": 20000, "small_call": 6000}
 
 
-def pypy_comparison(pypy: Path, cpython: Path, workload: str, rounds: int) -> dict[str, Any]:
-    """Alternate PyPy and CPython clients against a PyPy server (faster than a CPython
-    one, so it is less likely to limit the clients; its CPU share is reported)."""
+def pypy_comparison(
+    pypy: Path, cpython: Path, workload: str, rounds: int, server_python: Path
+) -> dict[str, Any]:
+    """Alternate PyPy and CPython clients against one server (its CPU share is
+    reported: on two cores a server near one core competes with the client)."""
     jobs = PYPY_JOBS[workload]
-    server = Server(pypy)
+    server = Server(server_python)
     runs: dict[str, list[dict[str, Any]]] = {"pypy": [], "cpython": []}
     try:
         run_client(pypy, "sepp_lite", workload, jobs // 4, server)  # warm the server up
@@ -203,7 +206,7 @@ def pypy_comparison(pypy: Path, cpython: Path, workload: str, rounds: int) -> di
         "cpython_jobs_per_cpu_s": _median(runs["cpython"], "jobs_per_cpu_s"),
         "speedup_pair_median": statistics.median(speedups),
         "server_cpu_share": statistics.median(
-            r["server_cpu_s"] / max(r["wall_s"], 1e-9) for r in runs["pypy"] + runs["cpython"]
+            r["server_cpu_s"] / max(r["run_wall_s"], 1e-9) for r in runs["pypy"] + runs["cpython"]
         ),
         "runs": runs,
     }
@@ -334,8 +337,9 @@ def _footprint_rows(foot: dict[str, Any]) -> list[str]:
 def _pypy_rows(report: dict[str, Any]) -> list[str]:
     lines = [
         "",
-        "sepp_lite on PyPy and on CPython, same run, alternating, against a PyPy server; "
-        "steady state (each run's first half, the JIT's warm-up, is left out):",
+        "sepp_lite on PyPy and on CPython, same run, alternating, against one server "
+        f"(running on {report.get('pypy_server', 'pypy')}); steady state (each run's first "
+        "half, the JIT's warm-up, is left out):",
         "",
         _row("workload", "PyPy jobs/CPU s", "CPython jobs/CPU s",
              "PyPy / CPython (median of pairs)", "server CPU share"),
@@ -368,7 +372,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [
         "",
         f"{report['rounds']} rounds per workload, clients alternating; {report['jobs']} jobs "
-        "per run; server in its own process (its CPU share = server CPU s per wall s).",
+        "per run; server in its own process (its CPU share: server CPU seconds per wall "
+        "second of a client run, set-up included).",
         "",
         *_workload_rows(report),
     ]
@@ -409,6 +414,11 @@ def main() -> int:
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--no-pypy", action="store_true")
     parser.add_argument("--no-footprint", action="store_true")
+    parser.add_argument("--no-compare", action="store_true", help="skip sepp-py comparisons")
+    parser.add_argument(
+        "--pypy-server", choices=["cpython", "pypy"], default="cpython",
+        help="the interpreter of the server in the PyPy comparison",
+    )  # fmt: skip
     args = parser.parse_args()
     python = venv(ROOT / ".venv-bench", sys.executable, str(ROOT), "sepp-py==0.1.0")
     report: dict[str, Any] = {
@@ -418,7 +428,7 @@ def main() -> int:
         "jobs": args.jobs,
         "workloads": [],
     }
-    for workload in args.workloads.split(","):
+    for workload in [] if args.no_compare else args.workloads.split(","):
         print(f"== {workload}", flush=True)
         row = compare(python, python, workload, args.rounds, args.jobs)
         lite, official = row["sepp_lite_cpu_us"], row["sepp_cpu_us"]
@@ -439,9 +449,11 @@ def main() -> int:
         for workload in args.workloads.split(","):
             if workload in PYPY_JOBS:
                 print(f"== PyPy: {workload}", flush=True)
+                server_python = pypy_python if args.pypy_server == "pypy" else python
                 report["pypy"][workload] = pypy_comparison(
-                    pypy_python, python, workload, args.rounds
+                    pypy_python, python, workload, args.rounds, server_python
                 )
+        report["pypy_server"] = args.pypy_server
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(report, indent=2))
     (RESULTS / "latest.md").write_text(markdown(report))
