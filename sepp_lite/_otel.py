@@ -9,6 +9,7 @@ global one), as the official clients do, so mixed fleets link up.
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -223,3 +224,63 @@ class WorkerMetrics:
     def reserve_failed(self) -> None:
         if self.enabled:
             self._failed.add(1)
+
+
+# OpenTelemetry's severity numbers for the stdlib levels (as sepp-py records them).
+_SEVERITY = {
+    logging.DEBUG: 5,
+    logging.INFO: 9,
+    logging.WARNING: 13,
+    logging.ERROR: 17,
+    logging.CRITICAL: 21,
+}
+
+
+class SpanEventLogger:
+    """The ``sepp_lite`` logger that also records each call as an event on the current
+    recording span (name ``""``, attributes ``event.name="log"``, ``log.severity`` and
+    ``log.message``), as sepp-py's logger does, whatever the logger's level. Only the
+    calls sepp_lite makes are offered."""
+
+    __slots__ = ("_logger",)
+
+    def __init__(self, logger: logging.Logger) -> None:
+        self._logger = logger
+
+    def debug(self, msg: str, *args: object, **kwargs: Any) -> None:
+        self._log(logging.DEBUG, msg, args, kwargs)
+
+    def info(self, msg: str, *args: object, **kwargs: Any) -> None:
+        self._log(logging.INFO, msg, args, kwargs)
+
+    def warning(self, msg: str, *args: object, **kwargs: Any) -> None:
+        self._log(logging.WARNING, msg, args, kwargs)
+
+    def error(self, msg: str, *args: object, **kwargs: Any) -> None:
+        self._log(logging.ERROR, msg, args, kwargs)
+
+    def _log(self, level: int, msg: str, args: tuple[object, ...], kwargs: Any) -> None:
+        # stacklevel 3: the record names sepp_lite's caller, not this wrapper.
+        self._logger.log(level, msg, *args, stacklevel=3, **kwargs)
+        if not AVAILABLE:
+            return
+        span = otel_trace.get_current_span()
+        if not span.is_recording():
+            return
+        try:
+            message = msg % args if args else msg
+        except Exception:  # a bad argument must not break the caller (logging's own rule)
+            message = msg
+        attributes: dict[str, Any] = {
+            "event.name": "log",
+            "log.severity": _SEVERITY[level],
+            "log.message": message,
+        }
+        span.add_event("", attributes)
+
+
+def logger() -> logging.Logger | SpanEventLogger:
+    """sepp_lite's logger: the plain ``sepp_lite`` logger without OpenTelemetry, else
+    one that mirrors its records onto the current span."""
+    plain = logging.getLogger("sepp_lite")
+    return SpanEventLogger(plain) if AVAILABLE else plain

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 from collections.abc import Awaitable, Iterator
 from typing import Callable, TypeVar
 
+from sepp_lite import _otel
 from sepp_lite.errors import ClientError, SeppError, is_retryable
 from sepp_lite.types import RetryPolicy
 
 T = TypeVar("T")
-logger = logging.getLogger("sepp_lite")
+logger = _otel.logger()
 
 
 def backoff_delays(

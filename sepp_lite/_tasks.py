@@ -4,11 +4,12 @@ Whoever creates a TaskSet awaits or cancels everything spawned in it."""
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Coroutine
 from typing import Any, Callable
 
-logger = logging.getLogger("sepp_lite")
+from sepp_lite import _otel
+
+logger = _otel.logger()
 
 
 class TaskSet:

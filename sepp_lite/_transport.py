@@ -8,7 +8,6 @@ each with a comment saying why.
 from __future__ import annotations
 
 import asyncio
-import logging
 import platform
 import ssl
 import sys
@@ -24,6 +23,7 @@ from grpclib.metadata import decode_grpc_message
 from grpclib.utils import Wrapper
 from hpack import NeverIndexedHeaderTuple
 
+from sepp_lite import _otel
 from sepp_lite._cork import cork
 from sepp_lite._version import __version__
 from sepp_lite.errors import (
@@ -33,7 +33,7 @@ from sepp_lite.errors import (
     map_failure,
 )
 
-logger = logging.getLogger("sepp_lite")
+logger = _otel.logger()
 
 DEFAULT_MAX_RECEIVE = 16 * 1024 * 1024
 SERVICE_PREFIX = "/sepp.v1.QueueService/"

@@ -8,7 +8,6 @@ Producer: validate -> encode (``_codec``) -> one retry loop (``_retry``) -> grpc
 from __future__ import annotations
 
 import asyncio
-import logging
 import ssl
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -45,7 +44,7 @@ from sepp_lite.types import (
 
 __all__ = ["Lease", "RetryDirective", "RetryPolicy", "SeppClient"]
 
-logger = logging.getLogger("sepp_lite")
+logger = _otel.logger()
 
 _DEFAULT_CONNECT_TIMEOUT = timedelta(seconds=5)
 _DEFAULT_RPC_TIMEOUT = timedelta(seconds=30)

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import signal
 from collections.abc import Iterator, Sequence
 
-logger = logging.getLogger("sepp_lite")
+from sepp_lite import _otel
+
+logger = _otel.logger()
 
 __all__ = ["ShutdownHandle", "shutdown_on_signals"]
 

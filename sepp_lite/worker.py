@@ -9,7 +9,6 @@ shutdown, optionally bounded.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import socket
 import time
@@ -33,7 +32,7 @@ from sepp_lite.types import Job, JobCtx, Payload, ReserveOptions, RetryDirective
 
 __all__ = ["DuplicateHandlerError", "Handler", "HandlerError", "ShutdownHandle", "Worker"]
 
-logger = logging.getLogger("sepp_lite")
+logger = _otel.logger()
 
 Handler = Callable[[Optional[Payload], JobCtx], Awaitable[None]]
 """``async def handler(payload, ctx) -> None``: return to ack, raise to nack."""

@@ -10,6 +10,7 @@ CI run); tests/test_otel_noop.py covers that case.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from typing import Any, Optional
@@ -26,6 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanKind, StatusCode, TraceFlags
 
 from sepp_lite import (
+    EnqueueAck,
     EnqueueRequest,
     HandlerError,
     Payload,
@@ -210,7 +212,14 @@ async def test_a_call_that_finally_fails_ends_its_span_in_error(otel: Telemetry)
     span = otel.span("sepp.get_server_info")
     error = info.value
     assert status(span) == (StatusCode.ERROR, f"{type(error).__name__}: {error}")
-    [(name, attributes)] = events(span)
+    # The two retry warnings went onto the span as log events (as sepp-py's logger
+    # does), then the failure itself.
+    *logs, (name, attributes) = events(span)
+    assert [(log[0], log[1]["event.name"], log[1]["log.severity"]) for log in logs] == [
+        ("", "log", 13),
+        ("", "log", 13),
+    ]
+    assert logs[0][1]["log.message"].startswith("retrying GetServerInfo after attempt 1 ")
     assert name == "exception"
     assert attributes["exception.type"] == f"sepp_lite.errors.{type(error).__qualname__}"
     assert attributes["exception.message"] == str(error)
@@ -392,7 +401,7 @@ async def test_process_spans_of_failed_and_unhandled_jobs(
     otel: Telemetry, client: SeppClient
 ) -> None:
     queue = unique_queue()
-    await client.enqueue_batch(
+    acks = await client.enqueue_batch(
         [
             EnqueueRequest(queue, "ok"),
             EnqueueRequest(queue, "crash", max_attempts=1),
@@ -400,6 +409,8 @@ async def test_process_spans_of_failed_and_unhandled_jobs(
             EnqueueRequest(queue, "orphan"),
         ]
     )
+    crash_ack = acks[1]
+    assert isinstance(crash_ack, EnqueueAck)
     worker = Worker(client, [queue], 30)
 
     async def ok(payload: Any, ctx: Any) -> None:
@@ -422,8 +433,19 @@ async def test_process_spans_of_failed_and_unhandled_jobs(
     assert status(process["orphan"]) == (StatusCode.UNSET, None)  # nacked for later
     assert status(process["crash"]) == (StatusCode.ERROR, "ValueError: boom")
     assert status(process["give_up"]) == (StatusCode.ERROR, "HandlerError: not today")
-    [(name, attributes)] = events(process["crash"])
+    [(name, attributes), log] = events(process["crash"])
     assert (name, attributes["exception.type"]) == ("exception", "ValueError")
+    assert log == (
+        "",
+        {
+            "event.name": "log",
+            "log.severity": 17,
+            "log.message": f"job {crash_ack.job_id}: handler raised ValueError",
+        },
+    )
+    [(_, unhandled)] = events(process["orphan"])
+    assert unhandled["log.severity"] == 13
+    assert "no handler registered for job_type 'orphan'" in unhandled["log.message"]
     assert children(spans, process["ok"]) == ["sepp.ack"]
     for job_type in ("crash", "give_up", "orphan"):
         assert children(spans, process[job_type]) == ["sepp.nack"]
@@ -564,6 +586,46 @@ async def test_reserve_failures_are_counted_and_every_instrument_is_sepp_pys(
 
 
 # -- TraceContext helpers -------------------------------------------------------------------
+
+
+# -- log records as span events ----------------------------------------------------------
+
+
+def test_log_calls_become_events_of_the_recording_span(
+    otel: Telemetry, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = _otel.logger()
+    caplog.set_level(logging.INFO, logger="sepp_lite")
+    log.debug("not for %s", "the log")  # below the logger's level: still an event
+    with otel.tracer.start_as_current_span("app.outer") as outer:
+        log.debug("debug %d", 1)
+        log.info("info %s", "two")
+        log.warning("warning")
+        log.error("error %r", "four", exc_info=ValueError("x"))
+        with monkeypatch.context() as patch:
+            patch.setattr(_otel, "AVAILABLE", False)
+            log.info("opentelemetry off")
+    span = otel.span("app.outer", scope="tests.app")
+    assert span.get_span_context() == outer.get_span_context()
+    assert events(span) == [
+        ("", {"event.name": "log", "log.severity": severity, "log.message": message})
+        for severity, message in [
+            (5, "debug 1"),
+            (9, "info two"),
+            (13, "warning"),
+            (17, "error 'four'"),
+        ]
+    ]
+    # The records themselves are untouched and name sepp_lite's caller, not the wrapper.
+    records = [r for r in caplog.records if r.name == "sepp_lite"]
+    assert [r.getMessage() for r in records] == [
+        "info two",
+        "warning",
+        "error 'four'",
+        "opentelemetry off",
+    ]
+    assert {r.funcName for r in records} == {"test_log_calls_become_events_of_the_recording_span"}
+    assert records[2].exc_info is not None
 
 
 def test_from_current_otel(otel: Telemetry) -> None:
