@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import socket
 import ssl
 import time
@@ -12,7 +13,7 @@ from typing import Any
 
 import pytest
 from betterproto.lib.google.protobuf import Empty
-from grpclib.client import Channel
+from grpclib.client import Channel, UnaryStreamMethod
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
@@ -458,12 +459,59 @@ async def test_unknown_methods_are_unimplemented(server: SeppTestServer):
         assert (err.status, err.message) == (Status.UNIMPLEMENTED, None)
         err = await grpc_error(raw_call(channel, "Get", b"", service="other.Service"))
         assert err.status == Status.UNIMPLEMENTED
-        err = await grpc_error(raw_call(channel, "Watch", b"", service="grpc.health.v1.Health"))
-        assert err.status == Status.UNIMPLEMENTED
         err = await grpc_error(
             raw_call(channel, "Check", b"\x0a\x01x", service="grpc.health.v1.Health")
         )
         assert (err.status, err.message) == (Status.NOT_FOUND, "service not registered")
+
+
+async def test_health_watch_reports_once_and_ends_at_shutdown():
+    """Watch, as tonic-health serves it: the status at once (SERVICE_UNKNOWN rather
+    than an error for another service), no API key needed, then the stream stays open
+    until the server shuts down, when it ends with OK."""
+    server = await SeppTestServer(api_keys=["k"]).start()
+    try:
+        async with raw_channel(server) as channel:
+            watch = UnaryStreamMethod(channel, "/grpc.health.v1.Health/Watch", bytes, bytes)
+            requests = {
+                b"": b"\x08\x01",
+                b"\x0a\x14sepp.v1.QueueService": b"\x08\x01",
+                b"\x0a\x05other": b"\x08\x03",
+            }
+            async with contextlib.AsyncExitStack() as streams:
+                opened = []
+                for request, status in requests.items():
+                    stream = await streams.enter_async_context(watch.open(timeout=10))
+                    await stream.send_message(request, end=True)
+                    assert await stream.recv_message() == status
+                    opened.append(stream)
+                pending = [asyncio.ensure_future(s.recv_message()) for s in opened]
+                done, _ = await asyncio.wait(pending, timeout=0.2)
+                assert not done  # nothing more while the server runs
+                assert server.service.active_calls == 3
+                server.service.close()  # what stop() does first
+                assert await asyncio.gather(*pending) == [None, None, None]
+                for stream in opened:
+                    await stream.recv_trailing_metadata()  # raises unless OK
+            # A watch opened after that ends at once; garbage is refused.
+            assert await watch(b"", timeout=5) == [b"\x08\x01"]
+            err = await grpc_error(watch(b"\xff", timeout=5))
+            assert err.status == Status.INTERNAL
+    finally:
+        await server.stop()
+
+
+async def test_an_open_health_watch_does_not_delay_shutdown():
+    server = await SeppTestServer().start()
+    async with raw_channel(server) as channel:
+        watch = UnaryStreamMethod(channel, "/grpc.health.v1.Health/Watch", bytes, bytes)
+        async with watch.open(timeout=10) as stream:
+            await stream.send_message(b"", end=True)
+            assert await stream.recv_message() == b"\x08\x01"
+            started = time.monotonic()
+            await server.stop()
+            assert time.monotonic() - started < 1.0  # not the 2 s drain of running calls
+            assert server.service.active_calls == 0
 
 
 # -- TLS -------------------------------------------------------------------------------------

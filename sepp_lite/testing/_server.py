@@ -186,6 +186,7 @@ class SeppTestServer:
         server, self._grpc = self._grpc, None
         self._stopped = True
         self.state.close()
+        self.service.close()
         if server is None:
             return
         if not await self.service.wait_idle(_DRAIN_TIMEOUT):

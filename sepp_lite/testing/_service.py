@@ -8,8 +8,9 @@ before decoding. Transport-level errors reproduce tonic's statuses and messages.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Iterator, Mapping
 from typing import Any, Callable, Optional
 
 from grpclib.const import Cardinality, Handler, Status
@@ -23,15 +24,17 @@ from sepp_lite._cork import cork
 from sepp_lite.errors import DecodeError
 from sepp_lite.testing._state import QueueState, RpcError
 
-__all__ = ["HEALTH_CHECK", "QueueService", "RawCodec", "Routes"]
+__all__ = ["HEALTH_CHECK", "HEALTH_WATCH", "QueueService", "RawCodec", "Routes"]
 
 log = logging.getLogger(__name__)
 
 SERVICE = "sepp.v1.QueueService"
 HEALTH_CHECK = "/grpc.health.v1.Health/Check"
+HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
 MISSING_KEY = "missing API key; expected an `authorization: Bearer <key>` header"
 INVALID_KEY = "invalid API key"
 _SERVING = b"\x08\x01"  # HealthCheckResponse{status: SERVING}
+_SERVICE_UNKNOWN = b"\x08\x03"  # HealthCheckResponse{status: SERVICE_UNKNOWN}
 
 Call = Callable[[bytes], Awaitable[bytes]]
 
@@ -134,14 +137,16 @@ class Routes(dict[str, Handler]):
 
 
 class QueueService:
-    """The eight ``sepp.v1.QueueService`` RPCs (plus ``grpc.health.v1.Health/Check``,
-    which is not behind auth) for a grpclib ``Server``."""
+    """The eight ``sepp.v1.QueueService`` RPCs (plus ``grpc.health.v1.Health``'s Check
+    and Watch, which are not behind auth) for a grpclib ``Server``."""
 
     def __init__(self, state: QueueState, api_keys: Optional[frozenset[str]] = None) -> None:
         self.state = state
         self._api_keys = api_keys
         self._active = 0
         self._idle: Optional[asyncio.Event] = None
+        self._closed = False
+        self._watchers: set[asyncio.Future[None]] = set()
 
     def __mapping__(self) -> dict[str, Handler]:
         """grpclib's handler table: path -> Handler."""
@@ -162,6 +167,7 @@ class QueueService:
         table[HEALTH_CHECK] = Handler(
             self._unary(self._health, auth=False), Cardinality.UNARY_UNARY, bytes, bytes
         )
+        table[HEALTH_WATCH] = Handler(self._health_watch, Cardinality.UNARY_STREAM, bytes, bytes)
         return table
 
     def fallback_handler(self) -> Handler:
@@ -182,6 +188,13 @@ class QueueService:
     def active_calls(self) -> int:
         """Calls being handled right now."""
         return self._active
+
+    def close(self) -> None:
+        """Shutting down: open health watches end (with OK), and new ones end at once."""
+        self._closed = True
+        for watcher in self._watchers:
+            if not watcher.done():
+                watcher.set_result(None)
 
     async def wait_idle(self, timeout: float) -> bool:
         """Wait until no call is being handled; ``False`` if ``timeout`` ran out."""
@@ -242,8 +255,7 @@ class QueueService:
 
     def _unary(self, call: Call, auth: bool = True) -> Callable[[Stream[bytes, bytes]], Any]:
         async def handle(stream: Stream[bytes, bytes]) -> None:
-            self._active += 1
-            try:
+            with self._tracked():
                 if auth:
                     self._authorize(stream.metadata)
                 data = await self._receive(stream)
@@ -251,13 +263,20 @@ class QueueService:
                 # grpclib's Peer keeps the connection's asyncio transport in `_transport`.
                 cork(getattr(getattr(stream, "peer", None), "_transport", None))
                 await _reply(stream, answer)
-            finally:
-                self._active -= 1
-                if self._active == 0 and self._idle is not None:
-                    self._idle.set()
-                    self._idle = None
 
         return handle
+
+    @contextlib.contextmanager
+    def _tracked(self) -> Iterator[None]:
+        """Count a call as running (for :meth:`wait_idle`) while the block runs."""
+        self._active += 1
+        try:
+            yield
+        finally:
+            self._active -= 1
+            if self._active == 0 and self._idle is not None:
+                self._idle.set()
+                self._idle = None
 
     # -- the RPCs ----------------------------------------------------------------------
 
@@ -294,3 +313,23 @@ class QueueService:
         if _health_service(data) in ("", SERVICE):
             return _SERVING
         raise GRPCError(Status.NOT_FOUND, "service not registered")
+
+    async def _health_watch(self, stream: Stream[bytes, bytes]) -> None:
+        """Health/Watch: the service's status now (SERVING, or SERVICE_UNKNOWN for a
+        service this server does not have), then nothing more, since statuses never
+        change here, until the server shuts down and the stream ends with OK."""
+        data = await self._receive(stream)
+        try:
+            service = _health_service(data)
+        except DecodeError as exc:
+            raise GRPCError(Status.INTERNAL, f"failed to decode Protobuf message: {exc}") from None
+        with self._tracked():  # so that a shutdown waits for the trailers
+            await stream.send_message(_SERVING if service in ("", SERVICE) else _SERVICE_UNKNOWN)
+            if not self._closed:
+                watcher: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+                self._watchers.add(watcher)
+                try:
+                    await watcher
+                finally:
+                    self._watchers.discard(watcher)
+            await stream.send_trailing_metadata()
