@@ -185,8 +185,7 @@ class SeppTestServer:
         up to 2 s to finish, then every call and connection is closed. Idempotent."""
         server, self._grpc = self._grpc, None
         self._stopped = True
-        self.state.close()
-        self.service.close()
+        self.service.close()  # the state too: pending long polls answer empty
         if server is None:
             return
         if not await self.service.wait_idle(_DRAIN_TIMEOUT):

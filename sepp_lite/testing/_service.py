@@ -8,9 +8,8 @@ before decoding. Transport-level errors reproduce tonic's statuses and messages.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-from collections.abc import Awaitable, Iterator, Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, Callable, Optional
 
 from grpclib.const import Cardinality, Handler, Status
@@ -145,7 +144,6 @@ class QueueService:
         self._api_keys = api_keys
         self._active = 0
         self._idle: Optional[asyncio.Event] = None
-        self._closed = False
         self._watchers: set[asyncio.Future[None]] = set()
 
     def __mapping__(self) -> dict[str, Handler]:
@@ -190,8 +188,9 @@ class QueueService:
         return self._active
 
     def close(self) -> None:
-        """Shutting down: open health watches end (with OK), and new ones end at once."""
-        self._closed = True
+        """Shut down: the state's long polls answer empty, open health watches end (with
+        OK), and new ones end at once."""
+        self.state.close()
         for watcher in self._watchers:
             if not watcher.done():
                 watcher.set_result(None)
@@ -255,7 +254,8 @@ class QueueService:
 
     def _unary(self, call: Call, auth: bool = True) -> Callable[[Stream[bytes, bytes]], Any]:
         async def handle(stream: Stream[bytes, bytes]) -> None:
-            with self._tracked():
+            self._active += 1
+            try:
                 if auth:
                     self._authorize(stream.metadata)
                 data = await self._receive(stream)
@@ -263,20 +263,17 @@ class QueueService:
                 # grpclib's Peer keeps the connection's asyncio transport in `_transport`.
                 cork(getattr(getattr(stream, "peer", None), "_transport", None))
                 await _reply(stream, answer)
+            finally:
+                self._call_ended()
 
         return handle
 
-    @contextlib.contextmanager
-    def _tracked(self) -> Iterator[None]:
-        """Count a call as running (for :meth:`wait_idle`) while the block runs."""
-        self._active += 1
-        try:
-            yield
-        finally:
-            self._active -= 1
-            if self._active == 0 and self._idle is not None:
-                self._idle.set()
-                self._idle = None
+    def _call_ended(self) -> None:
+        """One call counted in ``_active`` (for :meth:`wait_idle`) has finished."""
+        self._active -= 1
+        if self._active == 0 and self._idle is not None:
+            self._idle.set()
+            self._idle = None
 
     # -- the RPCs ----------------------------------------------------------------------
 
@@ -323,9 +320,10 @@ class QueueService:
             service = _health_service(data)
         except DecodeError as exc:
             raise GRPCError(Status.INTERNAL, f"failed to decode Protobuf message: {exc}") from None
-        with self._tracked():  # so that a shutdown waits for the trailers
+        self._active += 1  # counted, so that a shutdown waits for the trailers
+        try:
             await stream.send_message(_SERVING if service in ("", SERVICE) else _SERVICE_UNKNOWN)
-            if not self._closed:
+            if not self.state.closing:
                 watcher: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 self._watchers.add(watcher)
                 try:
@@ -333,3 +331,5 @@ class QueueService:
                 finally:
                     self._watchers.discard(watcher)
             await stream.send_trailing_metadata()
+        finally:
+            self._call_ended()
