@@ -292,6 +292,11 @@ class Http2Transport:
         """How many HTTP/2 connections this transport has opened (1 after connect)."""
         return self._opened
 
+    @property
+    def live_connections(self) -> list[Connection]:
+        """The connections not closed yet: the current one and any still draining."""
+        return list(self._live)
+
     async def connect(self) -> None:
         """Open the first connection: return once the server's SETTINGS came, or raise
         :class:`~sepp_lite.errors.ConnectError` (within the connect timeout)."""
@@ -471,7 +476,7 @@ class Http2Transport:
             self._connecting.cancel()
         live = list(self._live)
         for conn in live:
-            conn.close()
+            conn.close("the client was closed")
         if live:
             await asyncio.wait([conn.closed for conn in live], timeout=1.0)
         for conn in live:

@@ -747,10 +747,12 @@ class Connection(asyncio.Protocol):
             if not self._streams:
                 self.close()
 
-    def close(self) -> None:
+    def close(self, reason: str = "") -> None:
         """Close gracefully: a GOAWAY, then the socket (calls in flight fail)."""
         if self.state is ConnectionState.CLOSED:
             return
+        if reason:
+            self._close_reason = reason
         self._out.append(f.goaway(0, f.NO_ERROR))
         self._flush()
         if self._transport is not None:

@@ -139,6 +139,9 @@ class ResponseDecoder:
         self._table = self._decoder.header_table
         self._cache: dict[bytes, Response] = {}
 
+    def is_cached(self, block: bytes) -> bool:
+        return block in self._cache
+
     def decode(self, block: bytes) -> Response:
         """Raises ``hpack.HPACKError`` for a block that does not decode."""
         cached = self._cache.get(block)

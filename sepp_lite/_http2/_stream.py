@@ -68,6 +68,10 @@ class Stream:
         trailers (``end_stream``). Returns the call's result when this ends it."""
         if self.head is None:
             if response.http_status is not None and response.http_status[:1] == b"1":
+                if end_stream:
+                    return CallFailure(
+                        Status.INTERNAL, "the stream ended on an informational answer"
+                    )
                 return None  # an informational answer: the real one follows
             self.head = response
             if not end_stream:
