@@ -63,6 +63,8 @@ from tests.client_helpers import (
     unique_queue,
 )
 
+pytestmark = pytest.mark.both_transports
+
 ERROR_STATUSES = [status for status in Status if status is not Status.OK]
 RETRYABLE = [
     Status.UNAVAILABLE,
@@ -526,6 +528,7 @@ async def test_retry_policy_rides_out_a_short_outage() -> None:
 # -- the receive limit ---------------------------------------------------------------
 
 
+@pytest.mark.connect_only
 async def test_response_over_receive_limit() -> None:
     queue = unique_queue()
     async with sepp_server() as server:
