@@ -184,7 +184,7 @@ async def test_a_worker_processes_jobs() -> None:
 async def test_graceful_shutdown_answers_a_pending_long_poll_empty(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="sepp_lite")
     queue = unique_queue()
     async with grpcio() as server, connected(server.addr) as client:
         await client.get_server_info()
@@ -231,7 +231,7 @@ async def test_sepp_like_server_never_punishes_keepalive_pings(
 ) -> None:
     # Pings every 0.2 s for 1.5 s, idle: 7 pings; the sepp server (no ping strikes)
     # takes them all on one connection.
-    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="sepp_lite")
     async with grpcio() as server, FrameTap(server.port) as tap:
         async with connected(tap.addr, keepalive_time=0.2, keepalive_timeout=5) as client:
             await client.get_server_info()
@@ -249,7 +249,7 @@ async def test_grpcio_default_ping_policy_sends_too_many_pings_and_client_backs_
     # grpc's default server policy allows no ping without calls (and one per 5 min
     # with calls) and sends GOAWAY(ENHANCE_YOUR_CALM, "too_many_pings") at the third
     # strike. The client must take it as a drain, warn, ping less, and carry on.
-    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="sepp_lite")
     async with GrpcioServer(options=GRPC_DEFAULTS) as server, FrameTap(server.port) as tap:
         async with connected(tap.addr, keepalive_time=0.2, keepalive_timeout=5) as client:
             await client.get_server_info()
@@ -258,8 +258,8 @@ async def test_grpcio_default_ping_policy_sends_too_many_pings_and_client_backs_
             await client.get_server_info()
             await until(lambda: len(tap.pings_sent(2)) >= 4, timeout=10)
         assert len(set(server.peers)) == 2
-        assert statistics.median(gaps(tap.pings_sent(1))) < 0.3
-        assert statistics.median(gaps(tap.pings_sent(2))) > 0.3  # 0.4 s: doubled
+        before, after = (statistics.median(gaps(tap.pings_sent(n))) for n in (1, 2))
+        assert after > 1.5 * before, (before, after)  # 0.2 s, then 0.4 s: doubled
     warnings = sepp_records(caplog, logging.INFO)
     assert [r.levelno for r in warnings] == [logging.WARNING], warnings
     assert "too_many_pings" in warnings[0].getMessage()
