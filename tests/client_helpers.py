@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterable
@@ -500,6 +501,20 @@ def all_text(exc: BaseException) -> str:
         parts += [str(current), repr(current), repr(getattr(current, "args", ()))]
         current = current.__cause__ or current.__context__
     return "\n".join(parts)
+
+
+def client_records(
+    records: list[logging.LogRecord], above: int = logging.DEBUG
+) -> list[logging.LogRecord]:
+    """What sepp_lite's client side logged above ``above`` (the test server's records
+    are not the client's)."""
+    return [
+        record
+        for record in records
+        if record.name.startswith("sepp_lite")
+        and not record.name.startswith("sepp_lite.testing")
+        and record.levelno > above
+    ]
 
 
 def status_errors(statuses: Iterable[Status], message: str = "scripted") -> list[GRPCError]:

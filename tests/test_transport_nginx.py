@@ -15,7 +15,15 @@ import pytest
 
 from sepp_lite import EnqueueAck, Payload, SeppClient, TransportError, Worker
 from sepp_lite.types import JobCtx
-from tests.client_helpers import connected, elapsed, opts, sepp_server, text_job, unique_queue
+from tests.client_helpers import (
+    client_records,
+    connected,
+    elapsed,
+    opts,
+    sepp_server,
+    text_job,
+    unique_queue,
+)
 from tests.fault_helpers import until
 from tests.h2_tap import FrameTap
 from tests.nginx_helpers import NGINX, Nginx
@@ -23,17 +31,6 @@ from tests.nginx_helpers import NGINX, Nginx
 pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (CI installs it)")
 
 RELOADS = 5
-
-
-def client_records(caplog: pytest.LogCaptureFixture, start: int = 0) -> list[logging.LogRecord]:
-    """sepp_lite's client-side records above DEBUG, from index ``start`` on."""
-    return [
-        record
-        for record in caplog.records[start:]
-        if record.name.startswith("sepp_lite")
-        and not record.name.startswith("sepp_lite.testing")
-        and record.levelno > logging.DEBUG
-    ]
 
 
 async def test_calls_through_nginx(tmp_path: Path) -> None:
@@ -116,7 +113,7 @@ async def test_worker_rides_out_five_reloads(
                     for _ in range(RELOADS):
                         await nginx.reload()
                         await steady.handled_more(20)
-                    reload_records = client_records(caplog, mark)
+                    reload_records = client_records(caplog.records[mark:])
                 finally:
                     steady.stop.set()
                     await asyncio.wait_for(producing, 10)
@@ -161,7 +158,7 @@ async def test_nginx_quit_during_a_long_poll(
             seconds, result = await asyncio.wait_for(poll, 10)
             assert result is None, result
             assert 1.5 < seconds < 5
-            assert client_records(caplog, mark) == []
+            assert client_records(caplog.records[mark:]) == []
             with pytest.raises(TransportError) as info:
                 await client.get_server_info()
             assert info.value.code.name == "UNAVAILABLE"
