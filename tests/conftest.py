@@ -4,8 +4,10 @@ Wire-facing client tests run over both client transports: the default one
 (``SeppClient.connect``) and a grpclib ``Channel`` wrapped by ``SeppClient.from_channel``.
 A module opts in with ``pytestmark = pytest.mark.both_transports``; then each of its
 tests that makes its client with ``client_helpers.connected()`` runs once per transport
-(ids ``[connect]`` and ``[from_channel]``), except those marked ``connect_only`` (they
-pass options only ``connect()`` takes: an API key, TLS, keepalive, a receive limit).
+(ids ``[connect]`` and ``[from_channel]``), except those marked ``connect_only``: they
+pass options only ``connect()`` takes (an API key, TLS, keepalive, a receive limit), test
+the default transport's own behaviour (its reconnect backoff), or test what lies above
+the transport (the retry decision's many cases).
 Tests that call ``SeppClient.connect`` themselves are about connecting and run once.
 """
 
