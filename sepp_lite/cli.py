@@ -932,6 +932,8 @@ class _JsonlRun:
         self.reasons: collections.Counter[str] = collections.Counter()
         self.failure: Optional[errors.SeppError] = None
         self.stopped_at: Optional[int] = None  # the last line read before an interruption
+        self.unread_after: Optional[int] = None  # nothing after this line was read
+        self.in_flight: list[tuple[_Line, EnqueueRequest | str]] = []  # the call's batch
         self.sending: list[_Line] = []  # the job lines of the call in flight
 
     async def feed(self, line: _Line) -> None:
@@ -964,17 +966,18 @@ class _JsonlRun:
         self.pending_jobs = self.pending_bytes = 0
         results: list[EnqueueAck | errors.JobRejection] = []
         if jobs:
+            # Kept until the answer is recorded: an interruption writes them out.
+            self.in_flight = pending
             self.sending = [line for line, item in pending if isinstance(item, EnqueueRequest)]
             try:
                 results = await self.client.enqueue_batch(jobs)
             except errors.SeppError as exc:
                 self.failure = exc
-            self.sending = []
+            self.in_flight, self.sending = [], []
         outcomes = iter(results)
         for line, item in pending:
             if isinstance(item, str):
-                self.malformed += 1
-                self._problem(line, f"malformed: {item}")
+                self._malformed(line, item)
             elif self.failure is not None:
                 self.not_sent(line)
             else:
@@ -1001,12 +1004,34 @@ class _JsonlRun:
             self.first_unsent = line.number
         self._write_rejected(line)
 
-    def interrupted(self) -> None:
-        """Record an interruption: the lines waiting for a batch were never sent."""
+    def _malformed(self, line: _Line, why: str) -> None:
+        self.malformed += 1
+        self._problem(line, f"malformed: {why}")
+
+    def not_sent_rest(self, rest: Iterator[tuple[int, bytes]]) -> None:
+        """Record the lines not read yet as not sent; a (second) Ctrl-C stops reading."""
+        try:
+            for number, raw in rest:
+                self.not_sent(_Line(number, raw))
+        except KeyboardInterrupt:
+            self.unread_after = self.read
+
+    def interrupted(self, rest: Optional[Iterator[tuple[int, bytes]]]) -> None:
+        """Record an interruption. Every line not known to be enqueued goes to the
+        rejected file, so the import can resume from it: the batch whose answer never
+        came, the lines waiting for the next batch, and the lines not read yet
+        (``rest``, or None when reading them could wait forever, as on stdin)."""
         self.stopped_at = self.read
-        pending, self.pending = self.pending, []
-        for line, _ in pending:
-            self.not_sent(line)
+        waiting, self.in_flight, self.pending = self.in_flight + self.pending, [], []
+        for line, item in waiting:
+            if isinstance(item, str):
+                self._malformed(line, item)
+            else:
+                self.not_sent(line)
+        if rest is None:
+            self.unread_after = self.stopped_at
+        else:
+            self.not_sent_rest(rest)
 
     def _problem(self, line: _Line, text: str) -> None:
         self.problem_count += 1
@@ -1057,8 +1082,13 @@ class _JsonlRun:
         text = f"interrupted after line {self.stopped_at}"
         if self.sending:
             first, last = self.sending[0].number, self.sending[-1].number
-            text += f": lines {first}-{last} were being sent and may or may not be enqueued"
-        return text + f"; the lines after line {self.stopped_at} were not read"
+            text += (
+                f": lines {first}-{last} were being sent and may or may not be enqueued "
+                "(an idempotency key makes sending one again safe)"
+            )
+        if self.unread_after is not None:
+            return text + f"; the lines after line {self.unread_after} were not read"
+        return text
 
     def _ambiguous(self) -> bool:
         return bool(getattr(self.failure, "ambiguous", False))
@@ -1095,8 +1125,7 @@ def _open_rejected(path: Optional[str]) -> Iterator[Optional[IO[bytes]]]:
         yield fh
 
 
-async def _feed_all(run: _JsonlRun, lines: Iterator[bytes]) -> None:
-    numbered = enumerate(lines, 1)
+async def _feed_all(run: _JsonlRun, numbered: Iterator[tuple[int, bytes]]) -> None:
     for number, raw in numbered:
         await run.feed(_Line(number, raw))
         if run.failure is not None:
@@ -1105,8 +1134,7 @@ async def _feed_all(run: _JsonlRun, lines: Iterator[bytes]) -> None:
         await run.flush()
     if run.failure is not None:
         # Nothing is dropped silently: what was never sent goes to the rejected file.
-        for number, raw in numbered:
-            run.not_sent(_Line(number, raw))
+        run.not_sent_rest(numbered)
 
 
 async def _enqueue_jsonl(args: argparse.Namespace) -> int:
@@ -1115,11 +1143,13 @@ async def _enqueue_jsonl(args: argparse.Namespace) -> int:
             info = await client.get_server_info()
             bar = ProgressBar(sys.stderr, total)
             run = _JsonlRun(client, args, info.max_enqueue_batch, rejected, bar)
+            numbered = enumerate(lines, 1)
             try:
-                await _feed_all(run, lines)
+                await _feed_all(run, numbered)
             except (asyncio.CancelledError, KeyboardInterrupt):  # Ctrl-C: report, then stop
                 bar.finish(run.read)
-                run.interrupted()
+                # A file's remaining lines are read at once; stdin's may never end.
+                run.interrupted(None if args.jsonl == "-" else numbered)
                 print("\n".join(run.summary(args.rejected)))
                 raise
             bar.finish(run.read)

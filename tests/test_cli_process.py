@@ -190,12 +190,58 @@ async def test_jsonl_interrupted_by_ctrl_c_says_how_far_it_got(tmp_path: Path) -
             release.set()
     assert proc.returncode == 130
     assert out.decode().splitlines() == [
-        "0 accepted, 0 rejected, 0 malformed",
-        "interrupted after line 2: lines 1-2 were being sent and may or may not be enqueued; "
-        "the lines after line 2 were not read",
-        f"0 line(s) not enqueued written to {rejected}",
+        "0 accepted, 0 rejected, 0 malformed, 2 not sent",
+        "interrupted after line 2: lines 1-2 were being sent and may or may not be enqueued "
+        "(an idempotency key makes sending one again safe); the lines after line 2 were "
+        "not read",
+        f"2 line(s) not enqueued written to {rejected}",
     ]
     assert err.decode() == "error: interrupted\n"
+    # stdin may never end, so what it still holds is not read; the rest is in the file.
+    assert rejected.read_bytes() == b'{"payload": "0"}\n{"payload": "1"}\n'
+
+
+async def test_ctrl_c_writes_every_line_not_known_to_be_enqueued(tmp_path: Path) -> None:
+    # Batches of 3 jobs from a 20-line file: lines 1-3 are enqueued; the call for lines
+    # 4, 6 and 7 (line 5 is malformed) hangs; Ctrl-C then. The rejected file must get lines 4-20, in
+    # order, so the import resumes from it.
+    server = SeppTestServer(max_enqueue_batch=3)
+    calls, held = 0, asyncio.Event()
+    release = asyncio.Event()
+    enqueue_batch = server.service._enqueue_batch
+
+    async def second_call_hangs(data: bytes) -> bytes:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            held.set()
+            await release.wait()
+        return await enqueue_batch(data)
+
+    server.service._enqueue_batch = second_call_hangs
+    lines = [b'{"payload": "%d"}\n' % i for i in range(1, 21)]
+    lines[4] = b'{"payload": 5, "oops": 1}\n'
+    source, rejected = tmp_path / "jobs.jsonl", tmp_path / "rejected.jsonl"
+    source.write_bytes(b"".join(lines))
+    queue = unique_queue()
+    argv = ["enqueue", queue, "t", "--jsonl", str(source), "--rejected", str(rejected)]
+    async with server:
+        async with started(*argv, "--addr", server.addr) as proc:
+            await asyncio.wait_for(held.wait(), 30)
+            proc.send_signal(signal.SIGINT)
+            out, err = await asyncio.wait_for(proc.communicate(), 30)
+            release.set()
+        assert server.counts(queue).ready <= 6  # lines 1-3, and maybe the held call's
+    assert proc.returncode == 130
+    assert out.decode().splitlines() == [
+        "3 accepted, 0 rejected, 1 malformed, 16 not sent",
+        "  line 5: malformed: unknown key(s): oops",
+        "interrupted after line 7: lines 4-7 were being sent and may or may not be enqueued "
+        "(an idempotency key makes sending one again safe)",
+        f"17 line(s) not enqueued written to {rejected}",
+    ]
+    assert err.decode() == "error: interrupted\n"
+    assert rejected.read_bytes() == b"".join(lines[3:])
 
 
 async def test_serve_answers_and_stops_on_sigterm() -> None:
