@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import re
+import shlex
 import ssl
 import sys
 import time
@@ -145,14 +146,29 @@ def exit_code_for(error: BaseException) -> int:
     return EXIT_REFUSED if isinstance(error, _REFUSALS) else EXIT_USAGE
 
 
+_SELF_EXPLAINED = (CliError, errors.JobRejectedError, errors.UnknownQueuesError)
+
+
 def describe(error: BaseException) -> str:
     """``error`` as one line (the API key never reaches an error message)."""
     text = " ".join(str(error).split()) or type(error).__name__
     if isinstance(error, errors.UnauthenticatedError):
         return f"the server refused the credentials: {text}"
-    if isinstance(error, (CliError, errors.ConnectError, errors.JobRejectedError)):
+    if isinstance(error, errors.ConnectError):
+        return text + _tls_hint(error)
+    if isinstance(error, _SELF_EXPLAINED):
         return text
     return f"{type(error).__name__}: {text}"
+
+
+def _tls_hint(error: errors.ConnectError) -> str:
+    # The transport tells a TLS server met in plaintext (True) from the reverse (False).
+    uses_tls = getattr(error, "server_uses_tls", None)
+    if uses_tls is True:
+        return "; is the server using TLS? try --tls (or --ca FILE for a private CA)"
+    if uses_tls is False:
+        return "; is the server not using TLS? try without --tls, --ca and https://"
+    return ""
 
 
 # -- terminal output ------------------------------------------------------------------
@@ -356,8 +372,35 @@ def _connection_parent(*, embedded_default: bool = False) -> argparse.ArgumentPa
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line, like the command's others."""
 
+    command_names: tuple[str, ...] = ()
+
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# What `sepp-lite` itself takes before the command; every other option is a command's.
+_MAIN_OPTIONS = frozenset({"--debug", "--version", "-h", "--help"})
+_CONNECTION_OPTIONS = frozenset({"--addr", "--api-key", "--tls", "--ca", "--timeout"})
+
+
+def misplaced_options(argv: Sequence[str], commands: Sequence[str]) -> Optional[str]:
+    """A usage message when a command's options come before the command (``sepp-lite
+    --addr X info``, which argparse would read as the command ``X``), else None."""
+    for index, token in enumerate(argv):
+        if token not in commands:
+            continue
+        before = [item for item in argv[:index] if item not in _MAIN_OPTIONS]
+        names = [item.split("=", 1)[0] for item in before if item.startswith("-")]
+        if not names:
+            return None
+        kept = [item for item in argv[:index] if item in _MAIN_OPTIONS]
+        fixed = shlex.join(["sepp-lite", *kept, token, *before, *argv[index + 1 :]])
+        verb = "goes" if len(names) == 1 else "go"
+        return f"{', '.join(names)} {verb} after the command: {fixed}"
+    first = argv[0].split("=", 1)[0] if argv else ""
+    if first in _CONNECTION_OPTIONS:
+        return f"{first} goes after a command: sepp-lite COMMAND {first} ..."
+    return None
 
 
 def _debug_parent() -> argparse.ArgumentParser:
@@ -372,7 +415,7 @@ def _debug_parent() -> argparse.ArgumentParser:
     return parent
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     """The ``sepp-lite`` argument parser (environment defaults are read now)."""
     parser = _Parser(
         prog="sepp-lite",
@@ -391,6 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_worker(commands, client_parents)
     _add_drain(commands, client_parents)
     _add_demo(commands, [_connection_parent(embedded_default=True), _debug_parent()])
+    parser.command_names = tuple(commands.choices)
     return parser
 
 
@@ -1406,7 +1450,11 @@ def _report(error: BaseException, debug: bool) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run ``sepp-lite`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        misplaced = misplaced_options(argv, parser.command_names)
+        if misplaced is not None:
+            parser.error(misplaced)
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error already printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE

@@ -370,11 +370,12 @@ class Worker:
             permits.release()
             self._metrics.reserve_failed()
             if is_permanent(error):
+                # The caller reports the refusal itself, once: this line only explains
+                # the drain that comes first.
                 logger.info(
-                    "worker %s stopping: the server refused the reserve (%s), which no "
-                    "retry can fix",
+                    "worker %s stops reserving: the server refused in a way no retry can "
+                    "fix, and run() raises that once the jobs in flight are done",
                     self.worker_id,
-                    type(error).__name__,
                 )
                 self._fatal = error
                 return False

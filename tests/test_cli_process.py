@@ -118,6 +118,32 @@ async def test_tls_with_a_ca_file(tmp_path: Path) -> None:
         assert err == f"error: cannot read --ca {missing}: No such file or directory\n"
 
 
+async def test_a_tls_mismatch_says_what_to_try(tmp_path: Path) -> None:
+    # The hint comes from ConnectError.server_uses_tls, which the transport sets when it
+    # can tell a TLS server met in plaintext from the reverse (the HTTP/2 transport of
+    # sepp_lite/_http2; until it lands there is no hint and this test fails).
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost")
+    ca_file = tmp_path / "ca.pem"
+    ca_file.write_bytes(ca.cert_pem.bytes())
+    config = {
+        "tls_cert": b"".join(pem.bytes() for pem in cert.cert_chain_pems),
+        "tls_key": cert.private_key_pem.bytes(),
+    }
+    async with SeppTestServer(**config) as tls_server, SeppTestServer() as plain_server:
+        addr = f"localhost:{tls_server.port}"
+        code, out, err = await sepp_lite("info", "--addr", addr, "--timeout", "5")
+        assert (code, out) == (2, "") and err.count("\n") == 1
+        assert err.startswith(f"error: cannot connect to the sepp server at {addr}")
+        assert err.endswith(
+            "; is the server using TLS? try --tls (or --ca FILE for a private CA)\n"
+        )
+        addr = f"localhost:{plain_server.port}"
+        code, out, err = await sepp_lite("info", "--addr", addr, "--ca", str(ca_file))
+        assert (code, out) == (2, "") and err.count("\n") == 1
+        assert err.endswith("; is the server not using TLS? try without --tls, --ca and https://\n")
+
+
 async def test_the_console_script_is_installed() -> None:
     script = Path(sys.executable).with_name("sepp-lite")
     proc = await asyncio.create_subprocess_exec(
@@ -300,6 +326,57 @@ async def worker_process(
             if "started: queues=" in line:
                 break
         yield proc, queue
+
+
+NEVER_WORKS = """
+import sepp_lite as sepp
+
+
+def make_worker(client):
+    worker = sepp.Worker(client, [{queue!r}], lease_duration=30)
+    worker.handle("t", lambda payload, ctx: None)
+    return worker
+"""
+
+
+@pytest.mark.parametrize("until_idle", [[], ["--until-idle"]], ids=["serving", "until-idle"])
+@pytest.mark.parametrize(
+    ("server_options", "cli_options", "error"),
+    [
+        (
+            {"strict_queues": True},
+            [],
+            'error: queues not declared on the server (strict mode): ["{queue}"]',
+        ),
+        (
+            {"api_keys": [SECRET]},
+            ["--api-key", "wrong-key"],
+            "error: the server refused the credentials: invalid API key",
+        ),
+    ],
+    ids=["strict", "wrong-key"],
+)
+async def test_a_worker_that_can_never_work_exits_1_with_one_error_line(
+    server_options: dict[str, object],
+    cli_options: list[str],
+    error: str,
+    until_idle: list[str],
+    tmp_path: Path,
+) -> None:
+    # Before: a WARNING every second, forever, even with --until-idle.
+    queue = unique_queue()
+    (tmp_path / "never_works.py").write_text(NEVER_WORKS.format(queue=queue))
+    argv = ["worker", "never_works:make_worker", "--app-dir", str(tmp_path), *until_idle]
+    async with SeppTestServer(**server_options) as refusing:  # type: ignore[arg-type]
+        code, out, err = await sepp_lite(*argv, "--addr", refusing.addr, *cli_options)
+    lines = err.strip().splitlines()
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert lines[-1] == error.format(queue=queue)
+    # No log line repeats the error or reports it at ERROR: the error line is the one.
+    assert [line for line in lines if "refused the" in line or "not declared" in line] == [
+        lines[-1]
+    ]
+    assert not [line for line in lines if " ERROR " in line or " WARNING sepp_lite: res" in line]
 
 
 async def enqueue_and_wait_for_start(
