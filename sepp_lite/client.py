@@ -293,12 +293,13 @@ class SeppClient:
         such a refusal found here: then nothing is sent, and the error lists those
         jobs. Checks and retries as :meth:`enqueue_batch`."""
         batch, refused = self._checked_batch(jobs)
+        if refused:
+            codec.encode_enqueue_batch(batch)  # a job that cannot be sent raises first
+            raise errors.BatchValidationError(
+                [errors.JobValidationError(index, refused[index]) for index in sorted(refused)]
+            )
         with _otel.client_span("sepp.enqueue_atomic", {"sepp.batch_size": len(batch)}):
             request = codec.encode_enqueue_batch(batch, _injected_trace())
-            if refused:
-                raise errors.BatchValidationError(
-                    [errors.JobValidationError(index, refused[index]) for index in sorted(refused)]
-                )
             data = await self._rpc("EnqueueAtomic", request, all_keyed=_all_keyed(batch))
         outcome = codec.decode_enqueue_atomic(data)
         if outcome is None:

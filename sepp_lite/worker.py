@@ -1,9 +1,10 @@
 """Worker: the reserve -> handle -> ack/nack loop, with sepp-py 0.1.0's API.
 
 One reserve long poll at a time, only while there is room (``max_in_flight``); one task
-per job, owned by ``run()``; exactly one ack or nack per delivery and none once the
-lease is lost; an optional lease keeper beside each handler; a graceful drain on
-shutdown, optionally bounded.
+per job, owned by ``run()``; at most one ack or nack per delivery, none once its lease
+was released (lost, or settled by the handler itself); an optional lease keeper beside
+each handler; a graceful drain on shutdown, optionally bounded; a reserve refusal no
+retry can fix ends ``run()`` with that error.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def _unsettled_reason(run: _Run, outcome: object) -> str | None:
 _PERMANENT_CODES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED", "INVALID_ARGUMENT"})
 
 
-def is_permanent(error: SeppError) -> bool:
+def _is_permanent(error: SeppError) -> bool:
     """Whether a failed reserve can never succeed as it is: the codes above, or a strict
     server refusing an undeclared queue. Anything else may heal, so the worker retries."""
     if isinstance(error, UnknownQueuesError):
@@ -369,7 +370,7 @@ class Worker:
         except SeppError as error:
             permits.release()
             self._metrics.reserve_failed()
-            if is_permanent(error):
+            if _is_permanent(error):
                 # The caller reports the refusal itself, once: this line only explains
                 # the drain that comes first.
                 logger.info(
@@ -582,7 +583,7 @@ class Worker:
         try:
             info = await self._client.get_server_info()
         except SeppError as error:
-            if is_permanent(error):
+            if _is_permanent(error):
                 raise  # a wrong key or the like: no reserve could succeed either
             logger.warning(
                 "could not read the server's limits (%s); using the options as given", error

@@ -143,6 +143,8 @@ async def test_nothing_is_sent_when_every_job_is_over_the_limit() -> None:
             # A job with a value that cannot be sent still raises, refused or not.
             with pytest.raises(TypeError, match="custom"):
                 await client.enqueue_batch([big("q", custom={"k": None}), small("q")])
+            with pytest.raises(TypeError, match="custom"):
+                await client.enqueue_atomic([big("q", custom={"k": None})])
     assert results == [sepp.PayloadTooLarge(LIMIT, LIMIT + 1)] * 2
     assert [call.method for call in scripted.calls] == ["GetServerInfo"]
 
