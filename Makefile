@@ -9,15 +9,26 @@ PROTO_VENV ?= .venv-proto
 PROTO_PY := $(PROTO_VENV)/bin/python
 
 .DEFAULT_GOAL := check
-.PHONY: install proto proto-check lint format typecheck test official demo bench soak check clean
+.PHONY: install install-runtime proto proto-check lint format typecheck test official demo \
+	dist bench soak check clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[$(EXTRAS)]'
-	touch $@
+	touch $@ $(VENV)/.installed-runtime
 
 install: $(VENV)/.installed-$(EXTRAS)
+
+# sepp_lite and its runtime dependencies only, for `make demo` on a fresh clone (a venv
+# that has the extras already has them: the rule above marks this one done too).
+$(VENV)/.installed-runtime: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e .
+	touch $@
+
+install-runtime: $(VENV)/.installed-runtime
 
 $(PROTO_VENV)/.installed: proto/requirements.txt
 	test -x $(PROTO_PY) || $(PYTHON) -m venv $(PROTO_VENV)
@@ -57,8 +68,15 @@ official: install
 
 # An embedded server, a mixed workload of a few thousand jobs through a Worker, and a
 # summary (DEMO_ARGS="--jobs N" to change the size).
-demo: install
+demo: install-runtime
 	$(VENV)/bin/sepp-lite demo $(DEMO_ARGS)
+
+# A wheel of sepp_lite in dist/, to `pip install` on machines without a clone.
+dist:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	rm -rf dist
+	$(PY) -m pip wheel -q --no-deps --wheel-dir dist .
+	@ls dist/*.whl
 
 bench: install
 	$(PY) bench/run.py $(BENCH_ARGS)
@@ -71,4 +89,4 @@ soak: install
 check: lint typecheck test
 
 clean:
-	rm -rf $(VENV) $(PROTO_VENV) .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(PROTO_VENV) .mypy_cache .ruff_cache .hypothesis dist

@@ -13,11 +13,16 @@ ExtendCall = Callable[[str, int, timedelta, Optional[str]], Awaitable[datetime]]
 
 
 class Lease:
-    """A reserved job's lease: who holds it, until when as far as we know, and how to
-    extend it. ``known_expiry_ms`` follows every extension made through this handle
-    (``JobCtx.extend`` and the worker's auto-extend), not ``SeppClient.extend``."""
+    """One delivery's lease (its job id and attempt): who holds it, until when as far as
+    we know, how to extend it, and whether it was released. ``known_expiry_ms`` follows
+    every extension made through this handle (``JobCtx.extend`` and the worker's
+    auto-extend), not ``SeppClient.extend``.
 
-    __slots__ = ("_attempt", "_extend", "_job_id", "_known_expiry_ms", "_worker_id")
+    ``released`` turns True once an ack or nack of this delivery was answered, or found
+    that the lease is gone (NOT_FOUND, attempt mismatch), whoever sent it: the handler
+    through any client, or the worker. The worker then settles nothing more for it."""
+
+    __slots__ = ("_attempt", "_extend", "_job_id", "_known_expiry_ms", "_worker_id", "released")
 
     def __init__(
         self,
@@ -32,6 +37,7 @@ class Lease:
         self._attempt = attempt
         self._worker_id = worker_id
         self._known_expiry_ms = datetime_to_ms(lease_expires_at)
+        self.released = False
 
     @property
     def worker_id(self) -> str | None:

@@ -30,10 +30,17 @@ def as_timedelta(value: Duration, name: str, *, positive: bool = False) -> timed
             f"{name} must be a timedelta or a number of seconds, got {type(value).__name__}"
         )
     if result < timedelta(0):
-        raise ValueError(f"{name} must not be negative, got {result}")
+        raise ValueError(f"{name} must not be negative, got {seconds_text(result)}")
     if positive and result <= timedelta(0):
-        raise ValueError(f"{name} must be greater than zero, got {result}")
+        raise ValueError(f"{name} must be greater than zero, got {seconds_text(result)}")
     return result
+
+
+def seconds_text(span: timedelta) -> str:
+    """``span`` as people write it in messages: ``-5 s``, ``0.25 s``, ``2592000 s``
+    (``str(timedelta)`` shows -5 s as ``-1 day, 23:59:55``)."""
+    seconds = f"{span.total_seconds():.6f}".rstrip("0").rstrip(".")
+    return f"{seconds} s"
 
 
 def as_utc(dt: datetime) -> datetime:

@@ -9,6 +9,7 @@ grpclib ``Channel`` (``SeppClient.from_channel``), imported only when one is use
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ssl
 import sys
 from dataclasses import dataclass
@@ -235,6 +236,7 @@ class Backoff:
 
 
 _GRPC_TIMEOUT = b"\x00\x0cgrpc-timeout"  # a literal without indexing, new name
+_TLS_PROBE_S = 2.0  # at most this long to learn whether a server that hung up speaks TLS
 
 
 class Http2Transport:
@@ -301,12 +303,49 @@ class Http2Transport:
     async def connect(self) -> None:
         """Open the first connection: return once the server's SETTINGS came, or raise
         :class:`~sepp_lite.errors.ConnectError` (within the connect timeout)."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         try:
             await self._open()
         except (HandshakeFailure, OSError, asyncio.TimeoutError) as exc:
             reason, uses_tls = self._describe(exc)
+            if isinstance(exc, HandshakeFailure) and exc.closed_early and not self.tls:
+                left = self._connect_timeout - (loop.time() - started)
+                if await self._speaks_tls(min(left, _TLS_PROBE_S)):
+                    reason = (
+                        "the server closed the plaintext connection, and it speaks TLS: "
+                        "connect with tls=True or an https:// address"
+                    )
+                    uses_tls = True
             logger.debug("cannot connect to the sepp server at %s: %s", self.label, reason)
             raise ConnectError(self.label, reason, server_uses_tls=uses_tls) from exc
+
+    async def _speaks_tls(self, timeout: float) -> bool:
+        """Whether the server completes a TLS handshake (nothing verified, nothing sent):
+        asked only to explain a failed plaintext connect."""
+        if timeout <= 0:
+            return False
+        probe = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+        probe.check_hostname = False
+        probe.verify_mode = ssl.CERT_NONE
+        probe.set_alpn_protocols(["h2"])
+        target = self._target
+        try:
+            if target.path is not None:
+                opening = asyncio.open_unix_connection(
+                    target.path, ssl=probe, server_hostname="localhost"
+                )
+            else:
+                opening = asyncio.open_connection(
+                    target.host, target.port, ssl=probe, server_hostname=target.host
+                )
+            _, writer = await asyncio.wait_for(opening, timeout)
+        except (OSError, asyncio.TimeoutError):
+            return False
+        writer.close()
+        with contextlib.suppress(OSError, asyncio.TimeoutError):
+            await asyncio.wait_for(writer.wait_closed(), timeout)
+        return True
 
     async def unary(
         self,

@@ -27,6 +27,7 @@ import logging
 import math
 import os
 import re
+import shlex
 import ssl
 import sys
 import time
@@ -145,14 +146,29 @@ def exit_code_for(error: BaseException) -> int:
     return EXIT_REFUSED if isinstance(error, _REFUSALS) else EXIT_USAGE
 
 
+_SELF_EXPLAINED = (CliError, errors.JobRejectedError, errors.UnknownQueuesError)
+
+
 def describe(error: BaseException) -> str:
     """``error`` as one line (the API key never reaches an error message)."""
     text = " ".join(str(error).split()) or type(error).__name__
     if isinstance(error, errors.UnauthenticatedError):
         return f"the server refused the credentials: {text}"
-    if isinstance(error, (CliError, errors.ConnectError, errors.JobRejectedError)):
+    if isinstance(error, errors.ConnectError):
+        return text + _tls_hint(error)
+    if isinstance(error, _SELF_EXPLAINED):
         return text
     return f"{type(error).__name__}: {text}"
+
+
+def _tls_hint(error: errors.ConnectError) -> str:
+    # The transport tells a TLS server met in plaintext (True) from the reverse (False).
+    uses_tls = getattr(error, "server_uses_tls", None)
+    if uses_tls is True:
+        return "; is the server using TLS? try --tls (or --ca FILE for a private CA)"
+    if uses_tls is False:
+        return "; is the server not using TLS? try without --tls, --ca and https://"
+    return ""
 
 
 # -- terminal output ------------------------------------------------------------------
@@ -356,8 +372,35 @@ def _connection_parent(*, embedded_default: bool = False) -> argparse.ArgumentPa
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line, like the command's others."""
 
+    command_names: tuple[str, ...] = ()
+
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+# What `sepp-lite` itself takes before the command; every other option is a command's.
+_MAIN_OPTIONS = frozenset({"--debug", "--version", "-h", "--help"})
+_CONNECTION_OPTIONS = frozenset({"--addr", "--api-key", "--tls", "--ca", "--timeout"})
+
+
+def misplaced_options(argv: Sequence[str], commands: Sequence[str]) -> Optional[str]:
+    """A usage message when a command's options come before the command (``sepp-lite
+    --addr X info``, which argparse would read as the command ``X``), else None."""
+    for index, token in enumerate(argv):
+        if token not in commands:
+            continue
+        before = [item for item in argv[:index] if item not in _MAIN_OPTIONS]
+        names = [item.split("=", 1)[0] for item in before if item.startswith("-")]
+        if not names:
+            return None
+        kept = [item for item in argv[:index] if item in _MAIN_OPTIONS]
+        fixed = shlex.join(["sepp-lite", *kept, token, *before, *argv[index + 1 :]])
+        verb = "goes" if len(names) == 1 else "go"
+        return f"{', '.join(names)} {verb} after the command: {fixed}"
+    first = argv[0].split("=", 1)[0] if argv else ""
+    if first in _CONNECTION_OPTIONS:
+        return f"{first} goes after a command: sepp-lite COMMAND {first} ..."
+    return None
 
 
 def _debug_parent() -> argparse.ArgumentParser:
@@ -372,7 +415,7 @@ def _debug_parent() -> argparse.ArgumentParser:
     return parent
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     """The ``sepp-lite`` argument parser (environment defaults are read now)."""
     parser = _Parser(
         prog="sepp-lite",
@@ -391,6 +434,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_worker(commands, client_parents)
     _add_drain(commands, client_parents)
     _add_demo(commands, [_connection_parent(embedded_default=True), _debug_parent()])
+    parser.command_names = tuple(commands.choices)
     return parser
 
 
@@ -932,6 +976,8 @@ class _JsonlRun:
         self.reasons: collections.Counter[str] = collections.Counter()
         self.failure: Optional[errors.SeppError] = None
         self.stopped_at: Optional[int] = None  # the last line read before an interruption
+        self.unread_after: Optional[int] = None  # nothing after this line was read
+        self.in_flight: list[tuple[_Line, EnqueueRequest | str]] = []  # the call's batch
         self.sending: list[_Line] = []  # the job lines of the call in flight
 
     async def feed(self, line: _Line) -> None:
@@ -964,17 +1010,18 @@ class _JsonlRun:
         self.pending_jobs = self.pending_bytes = 0
         results: list[EnqueueAck | errors.JobRejection] = []
         if jobs:
+            # Kept until the answer is recorded: an interruption writes them out.
+            self.in_flight = pending
             self.sending = [line for line, item in pending if isinstance(item, EnqueueRequest)]
             try:
                 results = await self.client.enqueue_batch(jobs)
             except errors.SeppError as exc:
                 self.failure = exc
-            self.sending = []
+            self.in_flight, self.sending = [], []
         outcomes = iter(results)
         for line, item in pending:
             if isinstance(item, str):
-                self.malformed += 1
-                self._problem(line, f"malformed: {item}")
+                self._malformed(line, item)
             elif self.failure is not None:
                 self.not_sent(line)
             else:
@@ -1001,12 +1048,34 @@ class _JsonlRun:
             self.first_unsent = line.number
         self._write_rejected(line)
 
-    def interrupted(self) -> None:
-        """Record an interruption: the lines waiting for a batch were never sent."""
+    def _malformed(self, line: _Line, why: str) -> None:
+        self.malformed += 1
+        self._problem(line, f"malformed: {why}")
+
+    def not_sent_rest(self, rest: Iterator[tuple[int, bytes]]) -> None:
+        """Record the lines not read yet as not sent; a (second) Ctrl-C stops reading."""
+        try:
+            for number, raw in rest:
+                self.not_sent(_Line(number, raw))
+        except KeyboardInterrupt:
+            self.unread_after = self.read
+
+    def interrupted(self, rest: Optional[Iterator[tuple[int, bytes]]]) -> None:
+        """Record an interruption. Every line not known to be enqueued goes to the
+        rejected file, so the import can resume from it: the batch whose answer never
+        came, the lines waiting for the next batch, and the lines not read yet
+        (``rest``, or None when reading them could wait forever, as on stdin)."""
         self.stopped_at = self.read
-        pending, self.pending = self.pending, []
-        for line, _ in pending:
-            self.not_sent(line)
+        waiting, self.in_flight, self.pending = self.in_flight + self.pending, [], []
+        for line, item in waiting:
+            if isinstance(item, str):
+                self._malformed(line, item)
+            else:
+                self.not_sent(line)
+        if rest is None:
+            self.unread_after = self.stopped_at
+        else:
+            self.not_sent_rest(rest)
 
     def _problem(self, line: _Line, text: str) -> None:
         self.problem_count += 1
@@ -1057,8 +1126,13 @@ class _JsonlRun:
         text = f"interrupted after line {self.stopped_at}"
         if self.sending:
             first, last = self.sending[0].number, self.sending[-1].number
-            text += f": lines {first}-{last} were being sent and may or may not be enqueued"
-        return text + f"; the lines after line {self.stopped_at} were not read"
+            text += (
+                f": lines {first}-{last} were being sent and may or may not be enqueued "
+                "(an idempotency key makes sending one again safe)"
+            )
+        if self.unread_after is not None:
+            return text + f"; the lines after line {self.unread_after} were not read"
+        return text
 
     def _ambiguous(self) -> bool:
         return bool(getattr(self.failure, "ambiguous", False))
@@ -1095,8 +1169,7 @@ def _open_rejected(path: Optional[str]) -> Iterator[Optional[IO[bytes]]]:
         yield fh
 
 
-async def _feed_all(run: _JsonlRun, lines: Iterator[bytes]) -> None:
-    numbered = enumerate(lines, 1)
+async def _feed_all(run: _JsonlRun, numbered: Iterator[tuple[int, bytes]]) -> None:
     for number, raw in numbered:
         await run.feed(_Line(number, raw))
         if run.failure is not None:
@@ -1105,8 +1178,7 @@ async def _feed_all(run: _JsonlRun, lines: Iterator[bytes]) -> None:
         await run.flush()
     if run.failure is not None:
         # Nothing is dropped silently: what was never sent goes to the rejected file.
-        for number, raw in numbered:
-            run.not_sent(_Line(number, raw))
+        run.not_sent_rest(numbered)
 
 
 async def _enqueue_jsonl(args: argparse.Namespace) -> int:
@@ -1115,11 +1187,13 @@ async def _enqueue_jsonl(args: argparse.Namespace) -> int:
             info = await client.get_server_info()
             bar = ProgressBar(sys.stderr, total)
             run = _JsonlRun(client, args, info.max_enqueue_batch, rejected, bar)
+            numbered = enumerate(lines, 1)
             try:
-                await _feed_all(run, lines)
+                await _feed_all(run, numbered)
             except (asyncio.CancelledError, KeyboardInterrupt):  # Ctrl-C: report, then stop
                 bar.finish(run.read)
-                run.interrupted()
+                # A file's remaining lines are read at once; stdin's may never end.
+                run.interrupted(None if args.jsonl == "-" else numbered)
                 print("\n".join(run.summary(args.rejected)))
                 raise
             bar.finish(run.read)
@@ -1376,7 +1450,11 @@ def _report(error: BaseException, debug: bool) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run ``sepp-lite`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        misplaced = misplaced_options(argv, parser.command_names)
+        if misplaced is not None:
+            parser.error(misplaced)
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error already printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE

@@ -8,6 +8,7 @@ hands out jobs bound to a :class:`Lease`; ``ack``/``nack``/``extend`` settle or 
 from __future__ import annotations
 
 import asyncio
+import re
 import ssl
 from collections.abc import Iterable
 from datetime import datetime, timedelta
@@ -17,6 +18,7 @@ from sepp_lite import _codec, _otel, errors
 from sepp_lite._codec import client as codec
 from sepp_lite._http2 import Keepalive
 from sepp_lite._lease import Lease
+from sepp_lite._names import queue_name_error
 from sepp_lite._redact import protect_credentials_in_logs
 from sepp_lite._retry import call_with_retry
 from sepp_lite._time import Duration, as_timedelta
@@ -129,9 +131,10 @@ class SeppClient:
         ``keepalive_timeout`` (sepp_lite additions) tune the HTTP/2 pings that detect a
         dead server: every 30 s, 10 s to answer. Once the client knows the server's
         limits (after :meth:`get_server_info`, which a Worker calls at start), a job
-        whose payload is over the advertised ``max_payload_bytes`` is refused before
-        sending; that value is the server's global default, so pass
-        ``check_payload_limit=False`` if some queue is configured to accept more.
+        whose payload is over the advertised ``max_payload_bytes`` is not sent: it
+        gets the server's ``PayloadTooLarge`` rejection without the round trip. That
+        value is the server's global default, so pass ``check_payload_limit=False`` if
+        some queue is configured to accept more.
 
         Raises :class:`~sepp_lite.errors.ConnectError` when the server cannot be
         reached within ``connect_timeout``, and
@@ -243,22 +246,24 @@ class SeppClient:
 
     # -- producing --------------------------------------------------------------------
 
-    def _checked_batch(self, jobs: Iterable[EnqueueRequest]) -> list[EnqueueRequest]:
+    def _checked_batch(
+        self, jobs: Iterable[EnqueueRequest]
+    ) -> tuple[list[EnqueueRequest], dict[int, errors.JobRejection]]:
+        """The jobs as a list, and the ones refused here by their index: a payload over
+        the server's advertised limit gets the server's own ``PayloadTooLarge``."""
         batch = list(jobs)
         if not batch:
             raise errors.EmptyBatchError()
         info = self._server_info
-        if info is not None and self._check_payload_limit and info.max_payload_bytes:
-            limit = info.max_payload_bytes
-            for index, job in enumerate(batch):
-                payload = job.payload
-                if payload is not None and len(payload.data) > limit:
-                    raise ValueError(
-                        f"job {index}: a payload of {len(payload.data)} bytes is over the "
-                        f"server's max_payload_bytes ({limit}); if its queue accepts more, "
-                        "connect with check_payload_limit=False"
-                    )
-        return batch
+        if info is None or not self._check_payload_limit or not info.max_payload_bytes:
+            return batch, {}
+        limit = info.max_payload_bytes
+        refused: dict[int, errors.JobRejection] = {}
+        for index, job in enumerate(batch):
+            payload = job.payload
+            if payload is not None and len(payload.data) > limit:
+                refused[index] = errors.PayloadTooLarge(limit, len(payload.data))
+        return batch, refused
 
     async def enqueue_batch(
         self, jobs: Iterable[EnqueueRequest]
@@ -268,27 +273,35 @@ class SeppClient:
         :class:`~sepp_lite.errors.JobRejection` value.
 
         Every job is checked and encoded before anything is sent (``TypeError`` or
-        ``ValueError`` for a bad one, including a payload over the server's advertised
-        limit once known: see :meth:`connect`); no jobs raise
-        :class:`~sepp_lite.errors.EmptyBatchError`. Whole-call failures raise a
+        ``ValueError`` for a bad one); no jobs raise
+        :class:`~sepp_lite.errors.EmptyBatchError`. Once the client knows the server's
+        limits (see :meth:`connect`), a job whose payload is over them is not sent: its
+        result is the :class:`~sepp_lite.errors.PayloadTooLarge` the server would have
+        given, and the other jobs go out. Whole-call failures raise a
         :class:`~sepp_lite.errors.ClientError`. Retried per the policy, except that when
         some job has no idempotency key, failures the server may have applied are not
         retried (a retry could duplicate it).
         """
-        batch = self._checked_batch(jobs)
+        batch, refused = self._checked_batch(jobs)
         with _otel.client_span("sepp.enqueue", {"sepp.batch_size": len(batch)}):
-            request = codec.encode_enqueue_batch(batch, _injected_trace())
-            data = await self._rpc("EnqueueBatch", request, all_keyed=_all_keyed(batch))
+            sent, request = _encoded_batch(batch, refused)
+            if not sent:
+                return [refused[index] for index in range(len(batch))]
+            data = await self._rpc("EnqueueBatch", request, all_keyed=_all_keyed(sent))
         results = codec.decode_enqueue_batch(data)
-        if len(results) != len(batch):
-            raise errors.BatchResultCountMismatchError(len(batch), len(results))
+        if len(results) != len(sent):
+            raise errors.BatchResultCountMismatchError(len(sent), len(results))
         if None in results:
             raise errors.MalformedResponseError("a job result in EnqueueBatch sets no outcome")
-        return results  # type: ignore[return-value]
+        answers = iter(results)
+        return [
+            refused[index] if index in refused else next(answers)  # type: ignore[misc]
+            for index in range(len(batch))
+        ]
 
     async def enqueue(self, job: EnqueueRequest) -> EnqueueAck:
         """Enqueue one job; raise :class:`~sepp_lite.errors.JobRejectedError` when the
-        server refuses it (otherwise as :meth:`enqueue_batch`)."""
+        server refuses it, or would (otherwise as :meth:`enqueue_batch`)."""
         result = (await self.enqueue_batch([job]))[0]
         if isinstance(result, errors.JobRejection):
             raise errors.JobRejectedError(result)
@@ -297,9 +310,15 @@ class SeppClient:
     async def enqueue_atomic(self, jobs: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue all jobs or none: on success one ack per job, in order; if any job is
         refused nothing is written and :class:`~sepp_lite.errors.BatchValidationError`
-        lists every refusal with its index. Checks and retries as
-        :meth:`enqueue_batch`."""
-        batch = self._checked_batch(jobs)
+        lists every refusal with its index. A payload over the server's known limit is
+        such a refusal found here: then nothing is sent, and the error lists those
+        jobs. Checks and retries as :meth:`enqueue_batch`."""
+        batch, refused = self._checked_batch(jobs)
+        if refused:
+            codec.encode_enqueue_batch(batch)  # a job that cannot be sent raises first
+            raise errors.BatchValidationError(
+                [errors.JobValidationError(index, refused[index]) for index in sorted(refused)]
+            )
         with _otel.client_span("sepp.enqueue_atomic", {"sepp.batch_size": len(batch)}):
             request = codec.encode_enqueue_batch(batch, _injected_trace())
             data = await self._rpc("EnqueueAtomic", request, all_keyed=_all_keyed(batch))
@@ -341,6 +360,7 @@ class SeppClient:
                 span.set_attribute("sepp.jobs", len(jobs))
         for problem in problems:
             logger.warning("skipping malformed job in reserve response: %s", problem)
+        jobs = _jobs_with_uuids(jobs)
         extend, worker_id = self._extend_raw, opts.worker_id
         for job in jobs:
             ctx = job.ctx
@@ -356,7 +376,7 @@ class SeppClient:
         worker_id = _worker_id(ctx)
         request = codec.encode_ack(ctx.id, ctx.attempt, worker_id)
         with _otel.client_span("sepp.ack", _lease_attributes(ctx, worker_id)):
-            codec.decode_ack(await self._rpc("Ack", request, kind="lease"))
+            codec.decode_ack(await self._release("Ack", request, ctx))
 
     async def nack(
         self,
@@ -376,8 +396,19 @@ class SeppClient:
         retry_field = codec.nack_retry_field(retry.kind, retry.delay)
         request = codec.encode_nack(ctx.id, ctx.attempt, reason or None, retry_field, worker_id)
         with _otel.client_span("sepp.nack", _lease_attributes(ctx, worker_id)):
-            data = await self._rpc("Nack", request, kind="lease")
+            data = await self._release("Nack", request, ctx)
         return codec.decode_nack(data)[1]
+
+    async def _release(self, method: str, request: bytes, ctx: JobCtx) -> bytes:
+        """An Ack or Nack call; the delivery's lease is marked released once the server
+        answered it or said the lease is gone, so a Worker never settles it again."""
+        try:
+            data = await self._rpc(method, request, kind="lease")
+        except errors.LeaseError:
+            _mark_released(ctx)
+            raise
+        _mark_released(ctx)
+        return data
 
     async def extend(self, ctx: JobCtx, extension: Duration) -> datetime:
         """Extend a job's lease to ``extension`` from now; return the new expiry. Unlike
@@ -426,6 +457,9 @@ class SeppClient:
             raise ValueError(f"max_records must be an int >= 0, got {max_records!r}")
         if queue is not None and (not isinstance(queue, str) or not queue):
             raise ValueError("queue must be a non-empty str or None")
+        bad_name = None if queue is None else queue_name_error(queue)
+        if bad_name is not None:  # the server drains no such queue: say so, as reserve does
+            raise ValueError(f"queue {queue!r} {bad_name}")
         if max_records == 0:
             return []
         request = codec.encode_drain(queue, max_records)
@@ -437,7 +471,39 @@ class SeppClient:
                 span.set_attribute("sepp.drained", len(records))
         for problem in problems:
             logger.warning("skipping malformed dead-letter record: %s", problem)
+        _warn_non_uuid_records(records)
         return records
+
+
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+
+
+def _not_uuid(job_id: str) -> str | None:
+    """``job_id`` as a warning shows it when it lacks the server's UUID form, else None."""
+    if _UUID.fullmatch(job_id):
+        return None
+    return repr(job_id if len(job_id) <= 64 else job_id[:64] + "...")
+
+
+def _jobs_with_uuids(jobs: list[Job]) -> list[Job]:
+    """The jobs whose id is a UUID. The others are skipped like any malformed job: no
+    ack, nack or extend of them could be accepted, and their leases lapse."""
+    kept = []
+    for job in jobs:
+        shown = _not_uuid(job.ctx.id)
+        if shown is None:
+            kept.append(job)
+        else:
+            logger.warning("skipping malformed job in reserve response: id %s is not a UUID", shown)
+    return kept
+
+
+def _warn_non_uuid_records(records: list[DeadLetterRecord]) -> None:
+    # Kept all the same: draining deleted them on the server, and no call needs the id.
+    for record in records:
+        shown = _not_uuid(record.job_id)
+        if shown is not None:
+            logger.warning("dead-letter record with an id that is not a UUID: %s (kept)", shown)
 
 
 def _receive_limit(value: int | None) -> int:
@@ -459,6 +525,18 @@ def _client_tls(
     return tls_context(ca_cert) if use_tls else None
 
 
+def _encoded_batch(
+    batch: list[EnqueueRequest], refused: dict[int, errors.JobRejection]
+) -> tuple[list[EnqueueRequest], bytes]:
+    """The jobs to send and their request. Every job is encoded (so a bad one raises
+    before anything is sent, refused or not); the refused ones are then left out."""
+    request = codec.encode_enqueue_batch(batch, _injected_trace())
+    if not refused:
+        return batch, request
+    sent = [job for index, job in enumerate(batch) if index not in refused]
+    return sent, codec.encode_enqueue_batch(sent, _injected_trace()) if sent else b""
+
+
 def _all_keyed(jobs: list[EnqueueRequest]) -> bool:
     # An empty key counts as none: the server refuses it, so it cannot deduplicate.
     return all(job.idempotency_key for job in jobs)
@@ -471,6 +549,12 @@ def _injected_trace() -> bytes:
         return b""
     headers = _otel.current_headers()
     return b"" if headers is None else codec.trace_field(*headers)
+
+
+def _mark_released(ctx: JobCtx) -> None:
+    lease = ctx._lease
+    if lease is not None:
+        lease.released = True
 
 
 def _worker_id(ctx: JobCtx) -> str | None:

@@ -48,6 +48,7 @@ from datetime import datetime, timedelta
 from typing import Literal, Optional
 
 from sepp_lite._status import CallFailure, Status
+from sepp_lite._time import seconds_text
 
 __all__ = [
     "AttemptMismatchError",
@@ -363,7 +364,8 @@ class ScheduledTooFar(JobRejection):
 
     @property
     def message(self) -> str:
-        return f"scheduled_at {self.actual.isoformat()} is past the horizon of {self.horizon}"
+        horizon = seconds_text(self.horizon)
+        return f"scheduled_at {self.actual.isoformat()} is past the horizon of {horizon}"
 
 
 @dataclass(frozen=True)
@@ -430,7 +432,12 @@ class BatchValidationError(SeppError):
 
     def __init__(self, errors: list[JobValidationError]) -> None:
         self.errors = errors
-        super().__init__(f"atomic batch refused: {len(errors)} job(s) failed validation")
+        text = f"atomic batch refused: {len(errors)} job(s) failed validation"
+        if errors:
+            shown = "; ".join(f"job {e.index}: {e.rejection}" for e in errors[:3])
+            more = f"; and {len(errors) - 3} more" if len(errors) > 3 else ""
+            text += f" ({shown}{more})"
+        super().__init__(text)
 
 
 class LeaseError(SeppError):
@@ -459,7 +466,14 @@ class UnknownQueuesError(ReserveError):
     """Strict mode, and some requested queues are not declared."""
 
     def __init__(self, message: str) -> None:
-        super().__init__(f"queues not declared on the server: {message}")
+        self.server_message = message
+        # sepp says 'queue(s) not declared (strict mode): ["a"]': keep the list, not the
+        # same words twice.
+        _, strict, names = message.partition("(strict mode): ")
+        if strict:
+            super().__init__(f"queues not declared on the server (strict mode): {names}")
+        else:
+            super().__init__(f"queues not declared on the server: {message}")
 
 
 RETRYABLE_CODES = frozenset(

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
+from sepp_lite._names import queue_name_error
 from sepp_lite._time import Duration, as_timedelta
 
 if TYPE_CHECKING:
@@ -290,6 +291,9 @@ class ReserveOptions:
         for index, queue in enumerate(self.queues):
             if not isinstance(queue, str) or not queue:
                 raise ValueError(f"queue name at index {index} must be a non-empty str")
+            problem = queue_name_error(queue)
+            if problem is not None:  # the server would refuse the whole reserve
+                raise ValueError(f"queue name at index {index} ({queue!r}) {problem}")
         self.lease_duration = as_timedelta(self.lease_duration, "lease_duration", positive=True)
         self.wait_timeout = as_timedelta(self.wait_timeout, "wait_timeout")
         if self.worker_id is not None and (

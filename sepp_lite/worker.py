@@ -1,9 +1,10 @@
 """Worker: the reserve -> handle -> ack/nack loop, with sepp-py 0.1.0's API.
 
 One reserve long poll at a time, only while there is room (``max_in_flight``); one task
-per job, owned by ``run()``; exactly one ack or nack per delivery and none once the
-lease is lost; an optional lease keeper beside each handler; a graceful drain on
-shutdown, optionally bounded.
+per job, owned by ``run()``; at most one ack or nack per delivery, none once its lease
+was released (lost, or settled by the handler itself); an optional lease keeper beside
+each handler; a graceful drain on shutdown, optionally bounded; a reserve refusal no
+retry can fix ends ``run()`` with that error.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ from typing import Any, Callable, Optional, TypeVar
 
 from sepp_lite import _otel
 from sepp_lite._tasks import TaskSet
-from sepp_lite._time import Duration, as_timedelta, now_ms
+from sepp_lite._time import Duration, as_timedelta, now_ms, seconds_text
 from sepp_lite.client import SeppClient
 from sepp_lite.errors import (
     AttemptMismatchError,
     JobNotFoundError,
     LeaseError,
     SeppError,
+    UnknownQueuesError,
 )
 from sepp_lite.shutdown import ShutdownHandle
 from sepp_lite.types import Job, JobCtx, Payload, ReserveOptions, RetryDirective
@@ -116,6 +118,25 @@ def _unsettled_reason(run: _Run, outcome: object) -> str | None:
     return None
 
 
+# Reserve refusals no retry can cure: a wrong or missing key, a key without the right,
+# a request the server finds malformed (a queue name it refuses, say).
+_PERMANENT_CODES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED", "INVALID_ARGUMENT"})
+
+
+def _is_permanent(error: SeppError) -> bool:
+    """Whether a failed reserve can never succeed as it is: the codes above, or a strict
+    server refusing an undeclared queue. Anything else may heal, so the worker retries."""
+    if isinstance(error, UnknownQueuesError):
+        return True
+    code = getattr(error, "code", None)
+    return code is not None and code.name in _PERMANENT_CODES
+
+
+def _released(ctx: JobCtx) -> bool:
+    lease = ctx._lease
+    return lease is not None and lease.released
+
+
 def default_worker_id() -> str:
     """``<hostname>-<pid>-<8 hex chars>``, as the official clients make it."""
     try:
@@ -193,6 +214,7 @@ class Worker:
         self._active: set[_Run] = set()
         self._unhandled_types: set[str] = set()
         self._running = False
+        self._fatal: SeppError | None = None  # the permanent reserve error run() raises
 
     # -- registration -----------------------------------------------------------------
 
@@ -253,10 +275,24 @@ class Worker:
     async def run(self, *, until_idle: bool = False) -> None:
         """Process jobs until :meth:`ShutdownHandle.shutdown`, then drain and return.
 
-        With ``until_idle=True`` it also returns, after the drain, as soon as a reserve
-        finds the queues empty while nothing is in flight (each reserve then waits at
-        most 0.5 s): handy for tests, scripts and batch jobs. Reserve errors are logged
-        and retried after ``reserve_error_backoff``; they never stop the worker.
+        With ``until_idle=True`` it also returns as soon as a reserve comes back empty
+        while this worker has nothing in flight (each reserve then waits at most 0.5 s):
+        handy for tests, scripts and batch jobs. Idle means only what a reserve can see:
+        no job *ready* in the worker's queues. Jobs scheduled for later are not ready,
+        so it returns while they wait: jobs enqueued with ``scheduled_at``, and jobs
+        nacked with a delay (``HandlerError.retry_after``, a queue's retry backoff, the
+        backoff for job types without a handler). So are jobs leased to other workers.
+        On the in-process server, ``sepp_lite.testing.run_until_drained(worker,
+        server)`` runs until nothing is ready, in flight or scheduled either.
+
+        A reserve refused in a way no retry can fix (:class:`~sepp_lite.errors.
+        UnauthenticatedError` for UNAUTHENTICATED or PERMISSION_DENIED,
+        :class:`~sepp_lite.errors.InvalidRequestError`, or
+        :class:`~sepp_lite.errors.UnknownQueuesError` from a strict server) stops the
+        worker: it finishes the jobs in flight, then raises that error; the same
+        refusal of the GetServerInfo call at start raises at once. Other reserve errors
+        (an unreachable or overloaded server) are logged and retried after
+        ``reserve_error_backoff``, without end.
         """
         if self._running:
             raise RuntimeError("this worker is already running")
@@ -292,6 +328,9 @@ class Worker:
         logger.info("worker %s draining %d in-flight job(s)", self.worker_id, len(jobs))
         await self._drain(jobs)
         logger.info("worker %s stopped", self.worker_id)
+        fatal, self._fatal = self._fatal, None
+        if fatal is not None:
+            raise fatal
 
     async def _race(self, awaitable: Awaitable[T]) -> tuple[T | None, bool]:
         """Await ``awaitable`` against shutdown: ``(result, False)`` when it finished
@@ -330,6 +369,16 @@ class Worker:
         except SeppError as error:
             permits.release()
             self._metrics.reserve_failed()
+            if _is_permanent(error):
+                # The caller reports the refusal itself, once: this line only explains
+                # the drain that comes first.
+                logger.info(
+                    "worker %s stops reserving: the server refused in a way no retry can "
+                    "fix, and run() raises that once the jobs in flight are done",
+                    self.worker_id,
+                )
+                self._fatal = error
+                return False
             logger.warning("reserve failed: %s; retrying in %.3g s", error, self._error_backoff)
             return not (await self._race(asyncio.sleep(self._error_backoff)))[1]
         if not reserved:
@@ -400,6 +449,11 @@ class Worker:
             return
         if outcome is not None:
             _otel.mark_error(span, outcome)  # type: ignore[arg-type]
+        if _released(ctx):
+            # The handler settled the job itself (client.ack/nack on its ctx): a second
+            # settle would only meet NOT_FOUND, or worse, another delivery's lease.
+            logger.debug("job %s: already settled by its handler", ctx.id)
+            return
         run.settling = True
         await self._settle(ctx, outcome)  # type: ignore[arg-type]
 
@@ -449,12 +503,16 @@ class Worker:
         extend_by = self._opts.lease_duration
         while True:
             await asyncio.sleep(self._keeper_interval(lease.known_expiry_ms))
-            if run.abandoned:
-                return  # shutdown gave up on the job (its handler ignored that): let it lapse
+            if run.abandoned or lease.released:
+                # Shutdown gave up on the job (its handler ignored that), or the handler
+                # settled it already: nothing left to keep.
+                return
             try:
                 await lease.extend(extend_by)
                 continue
             except (AttemptMismatchError, JobNotFoundError) as error:
+                if lease.released:
+                    return  # the handler's own ack or nack won the race with this extend
                 logger.error(
                     "job %s: lease lost (%s); cancelling its handler", run.job.ctx.id, error
                 )
@@ -468,6 +526,7 @@ class Worker:
                     "job %s: lease expired (%s); cancelling its handler", run.job.ctx.id, error
                 )
             run.lease_lost = True
+            lease.released = True
             handler_task.cancel()
             return
 
@@ -480,7 +539,10 @@ class Worker:
                 self._metrics.processed()
                 return
             if isinstance(outcome, HandlerError):
-                logger.warning(
+                # A retry the handler asked for is the plan working, not a warning; a job
+                # sent to the dead letters for good is worth an operator's look.
+                log = logger.warning if outcome.directive.kind == "dead_letter" else logger.info
+                log(
                     "job %s: handler asked for %s: %s",
                     ctx.id,
                     outcome.directive.kind,
@@ -520,6 +582,8 @@ class Worker:
         try:
             info = await self._client.get_server_info()
         except SeppError as error:
+            if _is_permanent(error):
+                raise  # a wrong key or the like: no reserve could succeed either
             logger.warning(
                 "could not read the server's limits (%s); using the options as given", error
             )
@@ -533,10 +597,15 @@ class Worker:
             changes.append(f"max_jobs {opts.max_jobs} -> {info.max_reserve_batch}")
             opts.max_jobs = info.max_reserve_batch
         if info.max_lease_duration and opts.lease_duration > info.max_lease_duration:
-            changes.append(f"lease {opts.lease_duration} -> {info.max_lease_duration}")
+            changes.append(
+                f"lease {seconds_text(opts.lease_duration)} -> "
+                f"{seconds_text(info.max_lease_duration)}"
+            )
             opts.lease_duration = info.max_lease_duration
         if info.max_wait_timeout and opts.wait_timeout > info.max_wait_timeout:
-            changes.append(f"wait {opts.wait_timeout} -> {info.max_wait_timeout}")
+            changes.append(
+                f"wait {seconds_text(opts.wait_timeout)} -> {seconds_text(info.max_wait_timeout)}"
+            )
             opts.wait_timeout = info.max_wait_timeout
         if changes:
             logger.info("clamped to the server's limits: %s", ", ".join(changes))
@@ -575,4 +644,5 @@ class Worker:
                     "job %s: lease extension at shutdown failed: %s", run.job.ctx.id, error
                 )
 
-        await asyncio.gather(*(extend(run) for run in list(self._active) if not run.settling))
+        holding = [run for run in self._active if not (run.settling or _released(run.job.ctx))]
+        await asyncio.gather(*(extend(run) for run in holding))

@@ -31,6 +31,7 @@ from hypothesis.vendor import pretty
 
 from sepp_lite import errors
 from sepp_lite._codec import server
+from sepp_lite._names import queue_name_error
 from sepp_lite._proto.sepp import v1 as pb
 from sepp_lite.types import (
     PRIORITIES,
@@ -220,9 +221,11 @@ def enqueue_requests(
     )
 
 
+# ReserveOptions refuses names the server refuses ("/", ".", control characters).
+queue_names = nonempty_texts.filter(lambda name: queue_name_error(name) is None)
 reserve_options = st.builds(
     ReserveOptions,
-    queues=st.lists(nonempty_texts, min_size=1, max_size=4),
+    queues=st.lists(queue_names, min_size=1, max_size=4),
     lease_duration=positive_durations,
     wait_timeout=durations,
     worker_id=st.none() | nonempty_texts,

@@ -75,6 +75,8 @@ REQUIRED = {
     "payload-over-limit-in-batch",
     "traceparent-malformed",
     "reserve-no-queues",
+    "reserve-queue-name-rule",
+    "drain-queue-name-rule",
     "reserve-lease-zero",
     "reserve-wait-negative",
     "reserve-max-jobs-zero",

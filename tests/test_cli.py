@@ -108,6 +108,49 @@ async def test_help_version_and_usage_errors(capsys: pytest.CaptureFixture[str])
 
 
 @pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["--addr", "127.0.0.1:1", "info"],
+            "--addr goes after the command: sepp-lite info --addr 127.0.0.1:1",
+        ),
+        (
+            ["--debug", "--tls", "--addr=h:1", "enqueue", "q", "t", "--payload", "a b"],
+            "--tls, --addr go after the command: "
+            "sepp-lite --debug enqueue --tls --addr=h:1 q t --payload 'a b'",
+        ),
+        (["--api-key", "k"], "--api-key goes after a command: sepp-lite COMMAND --api-key ..."),
+    ],
+)
+async def test_options_before_the_command_say_where_they_go(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert await run(*argv) == 2
+    err = one_line(capsys.readouterr().err)
+    assert err == f"sepp-lite: error: {message} (see sepp-lite --help)"
+
+
+def test_misplaced_options_leave_good_command_lines_alone() -> None:
+    commands = cli.build_parser().command_names
+    assert "worker" in commands and "drain-dead-letters" in commands
+    for argv in (["info", "--addr", "x"], ["--debug", "info"], ["--version"], [], ["nope"]):
+        assert cli.misplaced_options(argv, commands) is None
+
+
+def test_a_tls_mismatch_hint_follows_the_transports_verdict() -> None:
+    error = sepp.ConnectError("h:1", "connection lost")
+    assert cli.describe(error) == "cannot connect to the sepp server at h:1: connection lost"
+    error.server_uses_tls = True  # type: ignore[attr-defined]
+    assert cli.describe(error).endswith(
+        "; is the server using TLS? try --tls (or --ca FILE for a private CA)"
+    )
+    error.server_uses_tls = False  # type: ignore[attr-defined]
+    assert cli.describe(error).endswith(
+        "; is the server not using TLS? try without --tls, --ca and https://"
+    )
+
+
+@pytest.mark.parametrize(
     ("text", "value"),
     [
         ("true", True),
@@ -589,6 +632,10 @@ def broken():
     raise RuntimeError("cannot build the worker")
 
 
+def negative_backoff(client):
+    return sepp.Worker(client, [{queue!r}], lease_duration=10, reserve_error_backoff=-5)
+
+
 NOT_CALLABLE = 3
 """
 
@@ -631,6 +678,10 @@ async def test_worker_runs_a_factory_from_a_module(
     [
         ("{name}:not_a_worker", "returned 'int', not a sepp_lite.Worker"),
         ("{name}:broken", "raised RuntimeError: cannot build the worker"),
+        (
+            "{name}:negative_backoff",  # a duration in seconds, not "-1 day, 23:59:55"
+            "raised ValueError: reserve_error_backoff must not be negative, got -5 s",
+        ),
         ("{name}:NOT_CALLABLE", "is 'int', not a Worker or a factory"),
         ("{name}:missing", "has no attribute 'missing'"),
         ("no_such_module_here:make", "cannot import 'no_such_module_here'"),

@@ -118,6 +118,32 @@ async def test_tls_with_a_ca_file(tmp_path: Path) -> None:
         assert err == f"error: cannot read --ca {missing}: No such file or directory\n"
 
 
+async def test_a_tls_mismatch_says_what_to_try(tmp_path: Path) -> None:
+    # The hint comes from ConnectError.server_uses_tls, which the transport sets when it
+    # can tell a TLS server met in plaintext from the reverse (the HTTP/2 transport of
+    # sepp_lite/_http2; until it lands there is no hint and this test fails).
+    ca = trustme.CA()
+    cert = ca.issue_cert("localhost")
+    ca_file = tmp_path / "ca.pem"
+    ca_file.write_bytes(ca.cert_pem.bytes())
+    config = {
+        "tls_cert": b"".join(pem.bytes() for pem in cert.cert_chain_pems),
+        "tls_key": cert.private_key_pem.bytes(),
+    }
+    async with SeppTestServer(**config) as tls_server, SeppTestServer() as plain_server:
+        addr = f"localhost:{tls_server.port}"
+        code, out, err = await sepp_lite("info", "--addr", addr, "--timeout", "5")
+        assert (code, out) == (2, "") and err.count("\n") == 1
+        assert err.startswith(f"error: cannot connect to the sepp server at {addr}")
+        assert err.endswith(
+            "; is the server using TLS? try --tls (or --ca FILE for a private CA)\n"
+        )
+        addr = f"localhost:{plain_server.port}"
+        code, out, err = await sepp_lite("info", "--addr", addr, "--ca", str(ca_file))
+        assert (code, out) == (2, "") and err.count("\n") == 1
+        assert err.endswith("; is the server not using TLS? try without --tls, --ca and https://\n")
+
+
 async def test_the_console_script_is_installed() -> None:
     script = Path(sys.executable).with_name("sepp-lite")
     proc = await asyncio.create_subprocess_exec(
@@ -190,12 +216,58 @@ async def test_jsonl_interrupted_by_ctrl_c_says_how_far_it_got(tmp_path: Path) -
             release.set()
     assert proc.returncode == 130
     assert out.decode().splitlines() == [
-        "0 accepted, 0 rejected, 0 malformed",
-        "interrupted after line 2: lines 1-2 were being sent and may or may not be enqueued; "
-        "the lines after line 2 were not read",
-        f"0 line(s) not enqueued written to {rejected}",
+        "0 accepted, 0 rejected, 0 malformed, 2 not sent",
+        "interrupted after line 2: lines 1-2 were being sent and may or may not be enqueued "
+        "(an idempotency key makes sending one again safe); the lines after line 2 were "
+        "not read",
+        f"2 line(s) not enqueued written to {rejected}",
     ]
     assert err.decode() == "error: interrupted\n"
+    # stdin may never end, so what it still holds is not read; the rest is in the file.
+    assert rejected.read_bytes() == b'{"payload": "0"}\n{"payload": "1"}\n'
+
+
+async def test_ctrl_c_writes_every_line_not_known_to_be_enqueued(tmp_path: Path) -> None:
+    # Batches of 3 jobs from a 20-line file: lines 1-3 are enqueued; the call for lines
+    # 4, 6 and 7 (line 5 is malformed) hangs; Ctrl-C then. The rejected file must get lines 4-20, in
+    # order, so the import resumes from it.
+    server = SeppTestServer(max_enqueue_batch=3)
+    calls, held = 0, asyncio.Event()
+    release = asyncio.Event()
+    enqueue_batch = server.service.dispatch._enqueue_batch
+
+    async def second_call_hangs(data: bytes) -> bytes:
+        nonlocal calls
+        calls += 1
+        if calls == 2:
+            held.set()
+            await release.wait()
+        return await enqueue_batch(data)
+
+    server.service.dispatch._enqueue_batch = second_call_hangs
+    lines = [b'{"payload": "%d"}\n' % i for i in range(1, 21)]
+    lines[4] = b'{"payload": 5, "oops": 1}\n'
+    source, rejected = tmp_path / "jobs.jsonl", tmp_path / "rejected.jsonl"
+    source.write_bytes(b"".join(lines))
+    queue = unique_queue()
+    argv = ["enqueue", queue, "t", "--jsonl", str(source), "--rejected", str(rejected)]
+    async with server:
+        async with started(*argv, "--addr", server.addr) as proc:
+            await asyncio.wait_for(held.wait(), 30)
+            proc.send_signal(signal.SIGINT)
+            out, err = await asyncio.wait_for(proc.communicate(), 30)
+            release.set()
+        assert server.counts(queue).ready <= 6  # lines 1-3, and maybe the held call's
+    assert proc.returncode == 130
+    assert out.decode().splitlines() == [
+        "3 accepted, 0 rejected, 1 malformed, 16 not sent",
+        "  line 5: malformed: unknown key(s): oops",
+        "interrupted after line 7: lines 4-7 were being sent and may or may not be enqueued "
+        "(an idempotency key makes sending one again safe)",
+        f"17 line(s) not enqueued written to {rejected}",
+    ]
+    assert err.decode() == "error: interrupted\n"
+    assert rejected.read_bytes() == b"".join(lines[3:])
 
 
 async def test_serve_answers_and_stops_on_sigterm() -> None:
@@ -254,6 +326,57 @@ async def worker_process(
             if "started: queues=" in line:
                 break
         yield proc, queue
+
+
+NEVER_WORKS = """
+import sepp_lite as sepp
+
+
+def make_worker(client):
+    worker = sepp.Worker(client, [{queue!r}], lease_duration=30)
+    worker.handle("t", lambda payload, ctx: None)
+    return worker
+"""
+
+
+@pytest.mark.parametrize("until_idle", [[], ["--until-idle"]], ids=["serving", "until-idle"])
+@pytest.mark.parametrize(
+    ("server_options", "cli_options", "error"),
+    [
+        (
+            {"strict_queues": True},
+            [],
+            'error: queues not declared on the server (strict mode): ["{queue}"]',
+        ),
+        (
+            {"api_keys": [SECRET]},
+            ["--api-key", "wrong-key"],
+            "error: the server refused the credentials: invalid API key",
+        ),
+    ],
+    ids=["strict", "wrong-key"],
+)
+async def test_a_worker_that_can_never_work_exits_1_with_one_error_line(
+    server_options: dict[str, object],
+    cli_options: list[str],
+    error: str,
+    until_idle: list[str],
+    tmp_path: Path,
+) -> None:
+    # Before: a WARNING every second, forever, even with --until-idle.
+    queue = unique_queue()
+    (tmp_path / "never_works.py").write_text(NEVER_WORKS.format(queue=queue))
+    argv = ["worker", "never_works:make_worker", "--app-dir", str(tmp_path), *until_idle]
+    async with SeppTestServer(**server_options) as refusing:  # type: ignore[arg-type]
+        code, out, err = await sepp_lite(*argv, "--addr", refusing.addr, *cli_options)
+    lines = err.strip().splitlines()
+    assert code == 1 and out == "" and "Traceback" not in err
+    assert lines[-1] == error.format(queue=queue)
+    # No log line repeats the error or reports it at ERROR: the error line is the one.
+    assert [line for line in lines if "refused the" in line or "not declared" in line] == [
+        lines[-1]
+    ]
+    assert not [line for line in lines if " ERROR " in line or " WARNING sepp_lite: res" in line]
 
 
 async def enqueue_and_wait_for_start(

@@ -293,5 +293,5 @@ async def test_plaintext_client_against_a_tls_server_fails_fast() -> None:
             SeppClient.connect(f"localhost:{server.port}", connect_timeout=10)
         )
     assert isinstance(result, sepp.ConnectError), result
-    assert "is the server using TLS?" in result.reason
+    assert result.server_uses_tls is True and "speaks TLS" in result.reason
     assert took < FAST

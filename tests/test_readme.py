@@ -10,6 +10,12 @@ The blocks see ``SEPP_ADDR`` (a plain server with dead-letter retention) and
 ``SEPP_TLS_ADDR``, ``SEPP_CA_FILE``, ``SEPP_API_KEY`` (a TLS server that wants that key).
 A console command may end with ``# exits N`` to expect that status instead of 0;
 ``sepp-lite serve`` runs on a free port until it is listening, then gets SIGTERM.
+
+The examples must not lean on each other's leftovers: each section's examples use
+queues of their own (checked statically), and the sections also run in reverse order
+on fresh servers. Setup commands that need the network or other software (``pip
+install``, ``make dist``, the real server's ``docker run``) are not run here; CI
+(``.ci/run``) runs the Install section's.
 """
 
 from __future__ import annotations
@@ -37,12 +43,17 @@ API_KEY = "readme-key-0123456789"
 BLOCK_TIMEOUT = 90
 
 
+# Shell commands a reader runs to set up, which this suite does not run.
+SETUP_COMMANDS = ("pip install ", "make dist", "docker run ", "cargo install ")
+
+
 @dataclass(frozen=True)
 class Block:
     line: int  # of the opening fence, 1-based
     lang: str
     text: str
     file: Optional[str]  # from a <!-- file: NAME --> line right before the fence
+    section: str = ""  # the ## heading it is under
 
     @property
     def where(self) -> str:
@@ -84,7 +95,10 @@ def read_blocks() -> list[Block]:
     lines = README.read_text().splitlines()
     blocks: list[Block] = []
     index = 0
+    section = ""
     while index < len(lines):
+        if lines[index].startswith("## "):
+            section = lines[index][3:]
         match = FENCE.match(lines[index])
         if not match or not match.group(1):
             index += 1
@@ -97,7 +111,7 @@ def read_blocks() -> list[Block]:
         assert index < len(lines), f"README.md line {start + 1}: unclosed code block"
         mark = FILE_MARK.match(lines[start - 1]) if start else None
         name = mark.group(1) if mark else None
-        blocks.append(Block(start + 1, match.group(1), "\n".join(body) + "\n", name))
+        blocks.append(Block(start + 1, match.group(1), "\n".join(body) + "\n", name, section))
         index += 1
     return blocks
 
@@ -145,6 +159,10 @@ class Env:
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    yield from make_env(tmp_path_factory)
+
+
+def make_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     """Both servers, the blocks' working directory (with every file block written)
     and the environment the blocks run with."""
     pki = tmp_path_factory.mktemp("pki")
@@ -300,7 +318,7 @@ def test_every_block_runs_or_is_a_setup_command() -> None:
             continue
         commands = block.commands()
         assert block.lang in SHELLS and commands, f"{block.where}: a block no test runs"
-        assert all(c.startswith("pip install ") for c in commands), f"{block.where}: {commands}"
+        assert all(c.startswith(SETUP_COMMANDS) for c in commands), f"{block.where}: {commands}"
 
 
 def test_the_block_reader_finds_what_it_should() -> None:
@@ -313,3 +331,93 @@ def test_the_block_reader_finds_what_it_should() -> None:
     assert console.commands() == ["sepp-lite a --b", "sepp-lite c # exits 1"]
     assert expected_status("sepp-lite c # exits 1") == ("sepp-lite c", 1)
     assert expected_status("sepp-lite c # a comment") == ("sepp-lite c", 0)
+
+
+# -- examples that stand alone ----------------------------------------------------------
+
+# Where an example names its queues: EnqueueRequest("q", ...) or queue="q", a Worker's
+# or ReserveOptions' list, and the command line's QUEUE and --queue.
+_ONE_QUEUE = re.compile(r'EnqueueRequest\(\s*(?:queue=)?"([^"]+)"')
+_QUEUE_LIST = re.compile(r"(?:Worker\(\s*client,\s*|ReserveOptions\(\s*)\[([^\]]*)\]")
+_CLI_QUEUES = re.compile(r"sepp-lite (?:enqueue|drain-dead-letters)(?: --\S+)* (?!-)(\S+)")
+_CLI_QUEUE_OPTION = re.compile(r"--queue (\S+)")
+
+
+def queues_of(block: Block) -> set[str]:
+    """The queue names a block uses (on the shared servers)."""
+    if block.lang in SHELLS:
+        text = "\n".join(block.commands())
+        return set(_CLI_QUEUES.findall(text)) | set(_CLI_QUEUE_OPTION.findall(text))
+    names = set(_ONE_QUEUE.findall(block.text))
+    for listed in _QUEUE_LIST.findall(block.text):
+        names.update(re.findall(r'"([^"]+)"', listed))
+    return names
+
+
+def test_each_section_uses_queues_of_its_own() -> None:
+    owner: dict[str, str] = {}
+    for block in RUNNABLE + [b for b in BLOCKS if b.file == "tasks.py"]:
+        if "SeppTestServer(" in block.text:
+            continue  # a test with a server of its own
+        for queue in queues_of(block):
+            assert owner.setdefault(queue, block.section) == block.section, (
+                f"{block.where}: queue {queue!r} is used in {owner[queue]!r} too"
+            )
+    # The parsing above finds what the examples use.
+    assert {"emails", "billing", "reports", "payments", "newsletters", "exports"} <= set(owner)
+
+
+@pytest.fixture(scope="module")
+def fresh_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
+    yield from make_env(tmp_path_factory)
+
+
+@pytest.mark.slow
+def test_the_sections_also_run_in_reverse_order(fresh_env: Env) -> None:
+    """Each section's examples work whatever ran before them: here on fresh servers,
+    last section first (within a section, in order: the command line's drain needs
+    its worker)."""
+    sections: dict[str, list[Block]] = {}
+    for block in RUNNABLE:
+        sections.setdefault(block.section, []).append(block)
+    assert len(sections) >= 8
+    for name in reversed(list(sections)):
+        for block in sections[name]:
+            test_readme_block(block, fresh_env)
+
+
+# -- what a user looks for --------------------------------------------------------------
+
+
+def test_the_sections_a_user_looks_for_are_there() -> None:
+    headings = {block.section for block in BLOCKS} | set(
+        re.findall(r"^## (.+)$", README.read_text(), re.MULTILINE)
+    )
+    for wanted in (
+        "Install",
+        "Running the real sepp server",
+        "Consuming",
+        "At-least-once delivery: make handlers idempotent",
+        "Logging",
+        "Testing your code",
+        "Troubleshooting",
+        "Versions and changes",
+    ):
+        assert wanted in headings, wanted
+    text = README.read_text()
+    assert "pytest-asyncio" in text and "run_until_drained" in text
+    assert "| 130 |" in text  # the exit status of an interrupted command
+    # `pip install sepp-lite` is not a command to run yet: no index serves it. Only the
+    # prose may name it, as what comes once it is published.
+    assert not [b.where for b in BLOCKS if "install sepp-lite" in b.text]
+    assert "Once sepp_lite\nis published on PyPI (not yet), `pip install sepp-lite`" in text
+
+
+def test_the_changelog_has_a_versioning_policy_and_this_version() -> None:
+    from sepp_lite import __version__
+
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    headings = re.findall(r"^## (.+)$", changelog, re.MULTILINE)
+    assert headings[:2] == ["Versioning", "[Unreleased]"]
+    assert f"[{__version__}]" in headings
+    assert "Semantic Versioning" in changelog

@@ -13,10 +13,11 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
+from grpclib.const import Status
 
 import sepp_lite as sepp
 from sepp_lite.testing import Limits, SeppTestServer
-from tests.client_helpers import once_reconnected
+from tests.client_helpers import ScriptedServer, once_reconnected, status_errors
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -562,12 +563,15 @@ async def test_worker_clamps_to_the_server_limits(caplog: pytest.LogCaptureFixtu
 async def test_reserve_errors_back_off_and_never_stop_the_worker(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    # Strict mode with an undeclared queue: every reserve fails with UnknownQueues.
+    # Every reserve fails with a status that may heal (test_worker_fail_fast.py has the
+    # ones that cannot).
+    transient = [Status.UNAVAILABLE, Status.RESOURCE_EXHAUSTED, Status.INTERNAL] * 100
     async with (
-        SeppTestServer(strict_queues=True) as server,
+        ScriptedServer() as server,
         await sepp.SeppClient.connect(server.addr) as client,
     ):
-        worker = sepp.Worker(client, ["undeclared"], 10, reserve_error_backoff=0.05)
+        server.script("Reserve", *status_errors(transient))
+        worker = sepp.Worker(client, ["q"], 10, reserve_error_backoff=0.05)
         with caplog.at_level(logging.WARNING, "sepp_lite"):
             task = asyncio.ensure_future(worker.run())
             await asyncio.sleep(0.5)

@@ -46,12 +46,17 @@ class ConnectionState(enum.Enum):
 
 
 class HandshakeFailure(Exception):
-    """The peer did not start an HTTP/2 connection; ``reason`` says what it did."""
+    """The peer did not start an HTTP/2 connection; ``reason`` says what it did.
+    ``closed_early``: it closed the connection without a byte (a TLS server met in
+    plaintext may, and so may a server that is not gRPC at all)."""
 
-    def __init__(self, reason: str, server_uses_tls: Optional[bool] = None) -> None:
+    def __init__(
+        self, reason: str, server_uses_tls: Optional[bool] = None, closed_early: bool = False
+    ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.server_uses_tls = server_uses_tls
+        self.closed_early = closed_early
 
 
 class ProtocolViolation(Exception):
@@ -190,7 +195,8 @@ class Connection(asyncio.Protocol):
                 detail = f": {exc}" if exc else ""
                 problem = HandshakeFailure(
                     "the server closed the connection before sending its HTTP/2 settings"
-                    f"{detail} (is the server using TLS? is this the gRPC port?)"
+                    f"{detail} (is the server using TLS? is this the gRPC port?)",
+                    closed_early=not self._buf,
                 )
             self.ready.set_exception(problem)
         if self._buf and self.state is not ConnectionState.CLOSED:
