@@ -341,8 +341,8 @@ class Flood:
     """``count`` frames of one type with the same payload, written as fast as the
     socket takes them (one payload object, so the peer's memory stays flat). DATA with
     ``flow`` waits for the client's windows and stops when they stay shut for
-    ``stall`` seconds, or when the client resets the stream (unless
-    ``ignore_reset``); everything stops when the connection closes."""
+    ``stall`` seconds. The flood stops when the client resets its stream (unless
+    ``ignore_reset``) and when the connection closes."""
 
     type: int
     payload: bytes
@@ -1051,21 +1051,28 @@ class PeerConnection(asyncio.Protocol):
         size = len(action.payload)
         header = frame_header(size, action.type, action.flags, stream_id)
         flow = action.flow and action.type == FrameType.DATA
+        request = self.requests.get(stream_id)
         for _ in range(action.count):
-            if flow:
-                room = await self._window(
-                    stream_id, size, 0, action.stall, need=size, ignore_reset=action.ignore_reset
-                )
-                if room < 0:
-                    return self.writing  # the windows stayed shut: the flood is over
-                self._send_window -= size
-                self._stream_windows[stream_id] = self._stream_windows.get(stream_id, 0) - size
+            if request is not None and request.reset_code is not None and not action.ignore_reset:
+                return True
+            if flow and not await self._flood_window(action, stream_id, size):
+                return self.writing  # the windows stayed shut: the flood is over
             if not self.writing:
                 return False
             assert self.transport is not None
             self.transport.writelines((header, action.payload))
             self.flooded += size
             await self.drain()
+        return True
+
+    async def _flood_window(self, action: Flood, stream_id: int, size: int) -> bool:
+        room = await self._window(
+            stream_id, size, 0, action.stall, need=size, ignore_reset=action.ignore_reset
+        )
+        if room < 0:
+            return False
+        self._send_window -= size
+        self._stream_windows[stream_id] = self._stream_windows.get(stream_id, 0) - size
         return True
 
     async def _act_sleep(self, action: Sleep, default: Optional[int]) -> bool:
