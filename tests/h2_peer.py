@@ -525,6 +525,8 @@ class PeerConnection(asyncio.Protocol):
         self._preface_seen = False
         self._inbound = 0
         self._greeted = False  # the first SETTINGS counts at once, later ones from the ACK
+        self._settings_sent = False
+        self._acks_owed = 0
         self._block: Optional[tuple[int, int, bytearray, int]] = (
             None  # stream, flags, bytes, frames
         )
@@ -596,12 +598,13 @@ class PeerConnection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        # A peer told to send no SETTINGS sends nothing else first either.
         if self.peer.settings is not None:
             self._write_frame(FrameType.SETTINGS, 0, 0, settings_payload(self.peer.settings))
+            if self.peer.connection_window > DEFAULT_WINDOW:
+                increment = self.peer.connection_window - DEFAULT_WINDOW
+                self._write_frame(FrameType.WINDOW_UPDATE, 0, 0, struct.pack(">I", increment))
         self._greeted = True
-        if self.peer.connection_window > DEFAULT_WINDOW:
-            increment = self.peer.connection_window - DEFAULT_WINDOW
-            self._write_frame(FrameType.WINDOW_UPDATE, 0, 0, struct.pack(">I", increment))
         if self.peer.on_connect:
             self.peer.spawn(self._play_actions(list(self.peer.on_connect), None))
         if self.peer.refill.step is not None:
@@ -784,8 +787,12 @@ class PeerConnection(asyncio.Protocol):
                 self._apply_acked(self._pending.pop(0))
             return
         self._apply_client_settings(_settings_values(payload))
-        if self.peer.ack_settings:
+        if not self.peer.ack_settings:
+            return
+        if self._settings_sent:
             self._write_frame(FrameType.SETTINGS, ACK, 0, b"")
+        else:  # our own SETTINGS must be the first frame we send: ACK after it
+            self._acks_owed += 1
 
     def _apply_acked(self, values: dict[int, int]) -> None:
         self._limits.update(values)
@@ -874,8 +881,10 @@ class PeerConnection(asyncio.Protocol):
         self._sent(type_, flags, stream_id, payload)
 
     def _sent(self, type_: int, flags: int, stream_id: int, payload: bytes) -> None:
-        if type_ == FrameType.SETTINGS and not flags & ACK and self._greeted:
-            self._pending.append(_settings_values(payload))
+        if type_ == FrameType.SETTINGS and not flags & ACK:
+            self._settings_sent_now()
+            if self._greeted:
+                self._pending.append(_settings_values(payload))
         elif type_ == FrameType.GOAWAY:
             self.goaway_sent = True
         ends = type_ == FrameType.RST_STREAM or (
@@ -884,6 +893,12 @@ class PeerConnection(asyncio.Protocol):
         if ends and stream_id in self.requests:
             self.open.discard(stream_id)
             self.requests[stream_id].answered = True
+
+    def _settings_sent_now(self) -> None:
+        self._settings_sent = True
+        owed, self._acks_owed = self._acks_owed, 0
+        for _ in range(owed):
+            self._write_frame(FrameType.SETTINGS, ACK, 0, b"")
 
     async def drain(self) -> None:
         await self._writable.wait()
@@ -1177,12 +1192,14 @@ class _WindowReplay:
 class H2Peer:
     """The scripted HTTP/2 server on 127.0.0.1 (TLS with ``tls``).
 
-    ``settings`` is its first SETTINGS frame (``None``: it sends none at all);
-    ``connection_window`` the connection receive window it opens at once (65,535
-    means none is opened); ``refill`` how it opens its windows as DATA arrives;
-    ``ack_settings`` / ``answer_pings`` whether it ACKs the client's SETTINGS and
-    PINGs; ``on_connect`` actions played on every connection after the first frames;
-    ``handler`` the answer to each request once its END_STREAM arrived.
+    ``settings`` is its first SETTINGS frame (``None``: it sends none at all, nor
+    anything else before its ``on_connect`` actions, and ACKs the client's SETTINGS
+    only after a SETTINGS of its own); ``connection_window`` the connection receive
+    window it opens right after (65,535 means none is opened); ``refill`` how it
+    opens its windows as DATA arrives; ``ack_settings`` / ``answer_pings`` whether it
+    ACKs the client's SETTINGS and PINGs; ``on_connect`` actions played on every
+    connection after the first frames; ``handler`` the answer to each request once
+    its END_STREAM arrived.
     """
 
     def __init__(

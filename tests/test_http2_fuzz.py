@@ -30,7 +30,7 @@ from typing import Any, Callable, Optional, Union
 
 import hpack
 import pytest
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 import sepp_lite as sepp
@@ -185,8 +185,10 @@ async def _ends_in_time(call: Awaitable[Any], script: Script) -> None:
     start = loop.time()
     try:
         await asyncio.wait_for(call, RPC_TIMEOUT + MARGIN)
-    except SeppError:
-        pass
+        event("outcome: a result")
+    except SeppError as error:
+        code = getattr(getattr(error, "code", None), "name", "-")
+        event(f"outcome: {type(error).__name__} {code}")
     except asyncio.TimeoutError:
         if loop.time() - start >= RPC_TIMEOUT + MARGIN:
             raise AssertionError(f"{script!r}: the call hung past its deadline") from None
