@@ -1,37 +1,36 @@
-"""The grpclib side of the client: addresses, TLS, keepalive, user-agent, auth metadata,
-the receive limit, connecting, and one unary call of raw bytes.
+"""Connecting the client: addresses, TLS, auth metadata, the user-agent, and the one
+transport interface every call goes through.
 
-Every non-public grpclib knob the client depends on is touched in this module only,
-each with a comment saying why.
+Two transports implement :class:`Transport`: :class:`Http2Transport`, the client's own
+HTTP/2 connections (``SeppClient.connect``), and ``_grpclib_transport``'s adapter for a
+grpclib ``Channel`` (``SeppClient.from_channel``), imported only when one is used.
 """
 
 from __future__ import annotations
 
 import asyncio
 import platform
+import random
 import ssl
 import sys
 from dataclasses import dataclass
-from typing import Any, Optional
-
-import grpclib
-from grpclib.client import Channel
-from grpclib.config import Configuration
-from grpclib.const import Status
-from grpclib.exceptions import GRPCError
-from grpclib.metadata import decode_grpc_message
-from grpclib.utils import Wrapper
-from hpack import NeverIndexedHeaderTuple
+from typing import Optional, Protocol
 
 from sepp_lite import _otel
-from sepp_lite._cork import cork
-from sepp_lite._version import __version__
-from sepp_lite.errors import (
-    ConnectError,
-    InvalidApiKeyError,
-    ResponseTooLargeError,
-    map_failure,
+from sepp_lite._http2 import (
+    DEFAULT_CONFIG,
+    Connection,
+    HandshakeFailure,
+    Http2Config,
+    Keepalive,
+    RequestHead,
+    literal,
+    request_head,
+    timeout_value,
 )
+from sepp_lite._status import CallFailure, Status
+from sepp_lite._version import __version__
+from sepp_lite.errors import ConnectError, InvalidApiKeyError, map_failure
 
 logger = _otel.logger()
 
@@ -133,313 +132,43 @@ def tls_context(ca_cert: bytes | None) -> ssl.SSLContext:
     return context
 
 
-@dataclass(frozen=True)
-class Keepalive:
-    """HTTP/2 keepalive, sepp-py's values by default: a PING every ``time`` seconds,
-    idle or not, and the connection is dropped when no ACK comes within ``timeout``."""
-
-    time: float = 30.0
-    timeout: float = 10.0
-
-
-def channel_config(keepalive: Keepalive, tls_domain: str | None) -> Configuration:
-    """grpclib's Configuration. The underscore fields are grpclib's non-public keepalive
-    knobs (stack-evaluation §5.1): without all five, grpclib pings at most once per
-    300 s and never on an idle connection, so a dead peer would go unnoticed."""
-    return Configuration(
-        _keepalive_time=keepalive.time,  # first PING after this much silence
-        _keepalive_timeout=keepalive.timeout,  # close when the ACK does not come
-        _keepalive_permit_without_calls=True,  # ping an idle connection too
-        _http2_max_pings_without_data=0,  # 0 = no cap on pings between data frames
-        _http2_min_sent_ping_interval_without_data=keepalive.time,  # not 300 s
-        ssl_target_name_override=tls_domain,  # the name the certificate must carry
-    )
-
-
-def describe_connect_failure(exc: BaseException) -> str:
-    """A one-line reason for a failed connect (never containing credentials)."""
-    if isinstance(exc, asyncio.TimeoutError):
-        return "timed out"
+def describe_connect_failure(exc: BaseException) -> tuple[str, Optional[bool]]:
+    """A one-line reason for a failed connect (never containing credentials), and
+    whether the failure says the server does (True) or does not (False) use TLS."""
+    if isinstance(exc, HandshakeFailure):
+        return exc.reason, exc.server_uses_tls
     if isinstance(exc, ssl.SSLCertVerificationError):
-        return f"TLS certificate verification failed: {exc.verify_message}"
+        return f"TLS certificate verification failed: {exc.verify_message}", None
     if isinstance(exc, ssl.SSLError):
-        return f"TLS handshake failed: {exc.reason or exc}"
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused"
-    if isinstance(exc, OSError) and exc.__class__.__name__ == "gaierror":
-        return f"cannot resolve the host name: {exc.strerror or exc}"
-    return f"{exc.__class__.__name__}: {exc}"
-
-
-_H2_STATUS = {
-    "400": Status.INTERNAL,
-    "401": Status.UNAUTHENTICATED,
-    "403": Status.PERMISSION_DENIED,
-    "404": Status.UNIMPLEMENTED,
-    "429": Status.UNAVAILABLE,
-    "502": Status.UNAVAILABLE,
-    "503": Status.UNAVAILABLE,
-    "504": Status.UNAVAILABLE,
-}
-
-
-def _grpc_status(headers: list[tuple[str, str]]) -> tuple[Status, str] | None:
-    """The call's status from trailers (or trailers-only headers); ``None`` if absent."""
-    code = message = None
-    for name, value in headers:
-        if name == "grpc-status":
-            code = value
-        elif name == "grpc-message":
-            message = value
-    if code is None:
-        return None
-    try:
-        status = Status(int(code))
-    except ValueError:
-        return Status.UNKNOWN, f"invalid grpc-status {code!r}"
-    return status, decode_grpc_message(message) if message else ""
-
-
-def _check_response_headers(headers: list[tuple[str, str]]) -> tuple[Status, str] | None:
-    """Raise for a non-gRPC answer; return the status of a trailers-only answer."""
-    http_status = content_type = None
-    for name, value in headers:
-        if name == ":status":
-            http_status = value
-        elif name == "content-type":
-            content_type = value
-    if http_status != "200":
-        status = _H2_STATUS.get(http_status or "", Status.UNKNOWN)
-        raise GRPCError(status, f"HTTP status {http_status}")
-    if content_type is None or not content_type.startswith("application/grpc"):
-        raise GRPCError(Status.UNKNOWN, f"unexpected content-type {content_type!r}")
-    return _grpc_status(headers)
-
-
-def _timeout_value(seconds: float) -> bytes:
-    """A ``grpc-timeout`` header value that stays the same from call to call (whole
-    seconds, rounded up), so HPACK sends it as a one-byte index after the first call.
-    The precise deadline is enforced here, on the client."""
-    return b"%dS" % max(1, -int(-seconds // 1))
-
-
-class Transport:
-    """One grpclib channel plus what every call needs: the method paths, the request
-    headers (pre-encoded once), the receive limit. ``unary`` is the one place a call
-    crosses the wire.
-
-    Calls run on grpclib's protocol layer (``Channel.__connect__``, the connection's
-    streams and ``grpclib.utils.Wrapper``) rather than ``grpclib.client.Stream``: that
-    skips per-call event dispatch, metadata re-validation and header re-encoding,
-    which cost about a third of a small call's CPU time. grpclib still owns the
-    connection: connecting, flow control, keepalive pings, GOAWAY and stream limits.
-    """
-
-    def __init__(
-        self,
-        channel: Channel,
-        *,
-        metadata: tuple[tuple[str, str], ...] = (),
-        max_receive: int = DEFAULT_MAX_RECEIVE,
-        label: str = "",
-    ) -> None:
-        self.channel = channel
-        self.max_receive = max_receive
-        self.label = label or repr(channel)
-        self.closed = False
-        scheme = b"https" if channel._ssl is not None else b"http"  # grpclib's own choice
-        authority = channel._authority.encode("ascii")
-        self._base_headers = (
-            (b":method", b"POST"),
-            (b":scheme", scheme),
-        )
-        self._tail_headers = (
-            (b":authority", authority),
-            (b"te", b"trailers"),
-            (b"content-type", b"application/grpc"),
-            (b"user-agent", _user_agent().encode("ascii")),
-        ) + _encode_metadata(metadata)
-        self._paths: dict[str, bytes] = {}
-        self._tuned: object = None  # the connection _bound_closed_streams last saw
-
-    async def connect(self, timeout: float) -> None:
-        """Open the connection now (grpclib connects lazily), or raise ConnectError."""
-        try:
-            # Channel.__connect__ is grpclib's own connect step, which every call runs
-            # first; calling it up front gives connect-time errors and a timeout.
-            await asyncio.wait_for(self.channel.__connect__(), timeout)
-        except (OSError, asyncio.TimeoutError) as exc:
-            self.channel.close()
-            reason = describe_connect_failure(exc)
-            logger.error("cannot connect to the sepp server at %s: %s", self.label, reason)
-            raise ConnectError(self.label, reason) from exc
-
-    def _headers(
-        self, method: str, timeout: float, extra: tuple[tuple[str, str], ...]
-    ) -> list[tuple[bytes, bytes]]:
-        path = self._paths.get(method)
-        if path is None:
-            path = self._paths[method] = (SERVICE_PREFIX + method).encode("ascii")
-        headers = [*self._base_headers, (b":path", path), *self._tail_headers]
-        headers.append((b"grpc-timeout", _timeout_value(timeout)))
-        if extra:
-            headers.extend((name.encode("ascii"), value.encode("ascii")) for name, value in extra)
-        return headers
-
-    async def unary(
-        self,
-        method: str,
-        request: bytes,
-        deadline_at: float,
-        extra_metadata: tuple[tuple[str, str], ...] = (),
-        kind: str = "generic",
-        timeout_hint: float = 30.0,
-    ) -> bytes:
-        """One unary call that must finish by ``deadline_at`` (``loop.time()``); every
-        failure comes out as a SeppError."""
-        if self.closed:
-            raise RuntimeError("this SeppClient is closed")
-        try:
-            return await self._call(method, request, deadline_at, extra_metadata, timeout_hint)
-        except Exception as exc:
-            error = map_failure(exc, kind)  # type: ignore[arg-type]
-            if error is None or error is exc:
-                raise
-            raise error from exc
-
-    async def _call(
-        self,
-        method: str,
-        request: bytes,
-        deadline_at: float,
-        extra: tuple[tuple[str, str], ...],
-        timeout_hint: float,
-    ) -> bytes:
-        loop = asyncio.get_running_loop()
-        if deadline_at <= loop.time():
-            raise asyncio.TimeoutError("deadline exceeded before the call started")
-        wrapper = Wrapper()
-        # The Wrapper cancels this task with the error it is given: our deadline, or
-        # StreamTerminatedError when grpclib sees the connection or the stream die.
-        timer = loop.call_at(deadline_at, wrapper.cancel, asyncio.TimeoutError("deadline exceeded"))
-        try:
-            with wrapper:
-                protocol = await self.channel.__connect__()
-                processor = protocol.processor
-                if protocol is not self._tuned:
-                    self._tuned = protocol
-                    _bound_closed_streams(processor.connection)
-                stream = processor.connection.create_stream(wrapper=wrapper)
-                headers: Any = self._headers(method, timeout_hint, extra)  # h2 takes bytes too
-                frame = b"\x00%s%s" % (len(request).to_bytes(4, "big"), request)
-                release = None
-                try:
-                    # grpclib's Connection keeps its asyncio transport in `_transport`.
-                    cork(getattr(processor.connection, "_transport", None))
-                    release = await stream.send_request(headers, _processor=processor)
-                    await stream.send_data(frame, end_stream=True)
-                    return await self._receive(stream)
-                finally:
-                    if release is not None:
-                        if stream.closable:
-                            stream.reset_nowait()
-                        release()
-        finally:
-            timer.cancel()
-
-    async def _receive(self, stream: Any) -> bytes:
-        status = _check_response_headers(await stream.recv_headers())
-        if status is not None:  # trailers-only: an error, or OK without a message
-            raise (
-                GRPCError(*status)
-                if status[0] is not Status.OK
-                else GRPCError(Status.INTERNAL, "the server sent no response message")
+        reason = exc.reason or str(exc)
+        if reason in _PLAINTEXT_PEER:
+            return (
+                f"TLS handshake failed ({reason}): is the server using TLS? It answered in "
+                "plaintext: connect without TLS (http://)",
+                False,
             )
-        message = await self._message(stream)
-        # Reading on to the end of the stream, rather than waiting for trailers, fails a
-        # response that ends without them at once instead of at the deadline. The
-        # trailers, when sent, came before the end.
-        if await _read(stream, 1):
-            raise GRPCError(Status.INTERNAL, "the server sent more than one response message")
-        status = _grpc_status(stream.trailers or [])
-        if status is None:
-            raise GRPCError(Status.INTERNAL, "the response ended without a grpc-status")
-        if status[0] is not Status.OK:
-            raise GRPCError(*status)
-        if message is None:
-            raise GRPCError(Status.INTERNAL, "the server sent no response message")
-        return message
-
-    async def _message(self, stream: Any) -> bytes | None:
-        """The one response message, or ``None`` when the body is empty."""
-        prefix = await _read(stream, 5)
-        if not prefix:
-            return None
-        if prefix[0]:
-            raise GRPCError(Status.INTERNAL, "compressed responses are not supported")
-        size = int.from_bytes(prefix[1:5], "big")
-        if size > self.max_receive:
-            raise ResponseTooLargeError(size, self.max_receive)
-        return await _read(stream, size) if size else b""
-
-    async def close(self) -> None:
-        """Close the connection and wait (at most a second) until its socket is really
-        closed: a TLS shutdown finishes asynchronously, and an event loop that ends
-        first would leave the socket open (and warn about it)."""
-        self.closed = True
-        protocol = self.channel._protocol  # grpclib's live connection, None when idle
-        transport = getattr(getattr(protocol, "connection", None), "_transport", None)
-        self.channel.close()
-        if transport is None:
-            return
-        sock = transport.get_extra_info("socket")
-        for _ in range(100):
-            if sock is None or sock.fileno() == -1:
-                return
-            await asyncio.sleep(0.01)
-        transport.abort()
-        await asyncio.sleep(0)
+        return f"TLS handshake failed: {reason}", None
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused", None
+    if isinstance(exc, OSError) and exc.__class__.__name__ == "gaierror":
+        return f"cannot resolve the host name: {exc.strerror or exc}", None
+    return f"{exc.__class__.__name__}: {exc}", None
 
 
-# How many closed streams h2 remembers per connection (it answers late frames on them
-# correctly); h2's own default is 65,536, about 8 MiB once reached.
-_CLOSED_STREAMS_KEPT = 2048
+# OpenSSL's words for a peer that answered a ClientHello with something other than TLS.
+_PLAINTEXT_PEER = frozenset(
+    {"WRONG_VERSION_NUMBER", "RECORD_LAYER_FAILURE", "PACKET_LENGTH_TOO_LONG", "HTTP_REQUEST"}
+)
 
 
-def _bound_closed_streams(connection: Any) -> None:
-    """Keep fewer closed-stream records on a new connection. h2 files every closed
-    stream in a size-limited dict whose default limit lets a busy worker's memory grow
-    by about 8 MiB over its first 65,536 calls. Both names are private (grpclib's
-    Connection keeps the h2 connection in ``_connection``, h2 the dict in
-    ``_closed_streams``), so anything unexpected is left alone."""
-    h2_connection = getattr(connection, "_connection", None)
-    closed = getattr(h2_connection, "_closed_streams", None)
-    if closed is not None and isinstance(getattr(closed, "_size_limit", None), int):
-        closed._size_limit = min(closed._size_limit, _CLOSED_STREAMS_KEPT)
-
-
-async def _read(stream: Any, size: int) -> bytes:
-    """``size`` bytes of the response body, or ``b""`` when it has ended. grpclib's
-    buffer raises a bare AssertionError when the stream ends partway through the bytes
-    asked for: a truncated message is the server's fault, and an INTERNAL status here,
-    not an exception outside the error tree (it would stop a Worker)."""
-    try:
-        data: bytes = await stream.recv_data(size)
-    except AssertionError:
-        raise GRPCError(Status.INTERNAL, "the response ended inside a message") from None
-    return data
-
-
-def _user_agent() -> str:
-    """``sepp-lite/<version>``, then grpclib's own product token."""
+def user_agent() -> str:
+    """``sepp-lite/<version> (<platform>; <implementation>/<version>)``."""
     runtime = f"{platform.python_implementation().lower()}/{platform.python_version()}"
-    return f"{USER_AGENT} grpc-python-grpclib/{grpclib.__version__} ({sys.platform}; {runtime})"
+    return f"{USER_AGENT} ({sys.platform}; {runtime})"
 
 
-def _encode_metadata(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[bytes, bytes], ...]:
-    """Check metadata once (lower-case names, printable ASCII values), as bytes. The
-    ``authorization`` header is never indexed: HPACK then neither keeps the key in its
-    connection-wide table nor shows it in its debug log."""
+def encode_metadata(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[bytes, bytes], ...]:
+    """Check metadata once (lower-case names, printable ASCII values), as bytes."""
     encoded: list[tuple[bytes, bytes]] = []
     for name, value in metadata:
         if (
@@ -451,9 +180,337 @@ def _encode_metadata(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[bytes
             raise ValueError(f"invalid metadata name {name!r}")
         if not value.isascii() or not value.isprintable():
             raise ValueError(f"invalid value for metadata {name!r}")
-        pair = (name.encode("ascii"), value.encode("ascii"))
-        encoded.append(NeverIndexedHeaderTuple(*pair) if name in _SECRET_HEADERS else pair)
+        encoded.append((name.encode("ascii"), value.encode("ascii")))
     return tuple(encoded)
 
 
-_SECRET_HEADERS = frozenset({"authorization"})
+class Transport(Protocol):
+    """What the client needs from a transport: one unary call of raw bytes, ending
+    with the answer or a :class:`~sepp_lite.errors.SeppError`."""
+
+    label: str  # the server's address, for messages
+    tls: bool
+    closed: bool
+
+    @property
+    def connections_opened(self) -> int: ...
+
+    async def unary(
+        self,
+        method: str,
+        request: bytes,
+        deadline_at: float,
+        extra_metadata: tuple[tuple[str, str], ...] = (),
+        kind: str = "generic",
+        timeout_hint: float = 30.0,
+    ) -> bytes:
+        """Call ``method`` (``Reserve``, ...) and return the response message; the call
+        must end by ``deadline_at`` (``loop.time()``), which ``timeout_hint`` seconds
+        describe in messages. ``kind`` selects the status mapping (``errors``)."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+class Backoff:
+    """Delays between connection attempts, as grpc's channel makes them
+    (connection-backoff.md): 1 s, then x1.6 up to 120 s, each jittered by +-20 %."""
+
+    INITIAL = 1.0
+    MULTIPLIER = 1.6
+    JITTER = 0.2
+    MAXIMUM = 120.0
+
+    def __init__(self) -> None:
+        self._next = self.INITIAL
+
+    def next(self) -> float:
+        delay = self._next * (1 + random.uniform(-self.JITTER, self.JITTER))
+        self._next = min(self._next * self.MULTIPLIER, self.MAXIMUM)
+        return delay
+
+    def reset(self) -> None:
+        self._next = self.INITIAL
+
+
+_GRPC_TIMEOUT = b"\x00\x0cgrpc-timeout"  # a literal without indexing, new name
+
+
+class Http2Transport:
+    """The client's own HTTP/2 transport.
+
+    Calls go to the current connection; when it stops taking streams (a GOAWAY, used-up
+    stream ids) or fails, the next call opens a new one, while calls still running on
+    the old one finish there. A call the server never processed is sent again, as
+    grpc's transparent retries do; failed connection attempts back off as grpc's
+    channel does, and calls during the backoff fail at once with UNAVAILABLE.
+    """
+
+    def __init__(
+        self,
+        target: Target,
+        *,
+        label: str,
+        ssl_context: Optional[ssl.SSLContext] = None,
+        tls_domain: Optional[str] = None,
+        metadata: tuple[tuple[str, str], ...] = (),
+        max_receive: int = DEFAULT_MAX_RECEIVE,
+        keepalive: Optional[Keepalive] = None,
+        connect_timeout: float = 5.0,
+        config: Http2Config = DEFAULT_CONFIG,
+    ) -> None:
+        self.label = label
+        self.tls = ssl_context is not None
+        self.authenticated = any(name == "authorization" for name, _ in metadata)
+        self.closed = False
+        self._target = target
+        self._ssl = ssl_context
+        self._server_hostname = (tls_domain or target.host or "localhost") if ssl_context else None
+        self._max_receive = max_receive
+        self._keepalive = keepalive or Keepalive(30.0, 10.0)
+        self._connect_timeout = connect_timeout
+        self._config = config
+        self._authority = _authority(target)
+        self._fields = (
+            (b"te", b"trailers"),
+            (b"content-type", b"application/grpc"),
+            (b"user-agent", user_agent().encode("ascii")),
+            *encode_metadata(metadata),
+        )
+        self._heads: dict[str, RequestHead] = {}
+        self._current: Optional[Connection] = None
+        self._live: set[Connection] = set()  # the current connection and draining ones
+        self._connecting: Optional[asyncio.Task[Connection]] = None
+        self._backoff = Backoff()
+        self._retry_at = 0.0
+        self._last_failure: Optional[CallFailure] = None  # while backing off
+        self._opened = 0
+        self._phase = "connecting"  # or "settings": what a connect timeout interrupted
+
+    @property
+    def connections_opened(self) -> int:
+        """How many HTTP/2 connections this transport has opened (1 after connect)."""
+        return self._opened
+
+    @property
+    def live_connections(self) -> list[Connection]:
+        """The connections not closed yet: the current one and any still draining."""
+        return list(self._live)
+
+    async def connect(self) -> None:
+        """Open the first connection: return once the server's SETTINGS came, or raise
+        :class:`~sepp_lite.errors.ConnectError` (within the connect timeout)."""
+        try:
+            await self._open()
+        except (HandshakeFailure, OSError, asyncio.TimeoutError) as exc:
+            reason, uses_tls = self._describe(exc)
+            logger.debug("cannot connect to the sepp server at %s: %s", self.label, reason)
+            raise ConnectError(self.label, reason, server_uses_tls=uses_tls) from exc
+
+    async def unary(
+        self,
+        method: str,
+        request: bytes,
+        deadline_at: float,
+        extra_metadata: tuple[tuple[str, str], ...] = (),
+        kind: str = "generic",
+        timeout_hint: float = 30.0,
+    ) -> bytes:
+        if self.closed:
+            raise RuntimeError("this SeppClient is closed")
+        try:
+            return await self._call(method, request, deadline_at, extra_metadata)
+        except Exception as exc:
+            if (
+                isinstance(exc, CallFailure)
+                and exc.local
+                and exc.status is Status.DEADLINE_EXCEEDED
+            ):
+                exc.message += f" (the call's deadline was {timeout_hint:g} s)"
+            error = map_failure(exc, kind, f"{method} to {self.label}")  # type: ignore[arg-type]
+            if error is None or error is exc:
+                raise
+            # A failed connect keeps its socket or TLS error as the cause.
+            cause = exc.__cause__ if isinstance(exc, CallFailure) and exc.__cause__ else exc
+            raise error from cause
+
+    async def _call(
+        self,
+        method: str,
+        request: bytes,
+        deadline_at: float,
+        extra_metadata: tuple[tuple[str, str], ...],
+    ) -> bytes:
+        head = self._heads.get(method) or self._head(method)
+        loop = asyncio.get_running_loop()
+        attempts = self._config.transparent_retries + 1
+        for attempt in range(attempts):
+            conn = self._current
+            if conn is None or not conn.accepting:
+                conn = await self._connection(deadline_at)
+            remaining = deadline_at - loop.time()
+            if remaining <= 0:
+                raise CallFailure(
+                    Status.DEADLINE_EXCEEDED,
+                    "deadline exceeded before the call was sent",
+                    local=True,
+                    ambiguous=False,
+                )
+            value = timeout_value(remaining)
+            extra = _GRPC_TIMEOUT + bytes([len(value)]) + value
+            size = 44 + len(value)  # field_size(b"grpc-timeout", value)
+            if extra_metadata:
+                block, more = _metadata_block(extra_metadata)
+                extra += block
+                size += more
+            try:
+                return await conn.call(head, extra, size, request, deadline_at, self._max_receive)
+            except CallFailure as failure:
+                if not failure.not_processed or attempt + 1 == attempts:
+                    raise
+                logger.debug(
+                    "%s to %s not processed (%s); sending it again", method, self.label, failure
+                )
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _head(self, method: str) -> RequestHead:
+        path = (SERVICE_PREFIX + method).encode("ascii")
+        head = request_head(path, tls=self.tls, authority=self._authority, fields=self._fields)
+        self._heads[method] = head
+        return head
+
+    async def _connection(self, deadline_at: float) -> Connection:
+        """The connection for a new call: the one being opened, or a new one."""
+        loop = asyncio.get_running_loop()
+        connecting = self._connecting
+        if connecting is None:
+            wait = self._retry_at - loop.time()
+            if wait > 0:
+                last = self._last_failure
+                assert last is not None
+                raise CallFailure(
+                    last.status,
+                    f"{last.message}; next attempt in {wait:.1f} s",
+                    local=True,
+                    ambiguous=False,
+                ) from last.__cause__
+            connecting = self._connecting = asyncio.ensure_future(self._reconnect())
+            connecting.add_done_callback(_retrieve)
+        try:
+            return await asyncio.wait_for(asyncio.shield(connecting), deadline_at - loop.time())
+        except asyncio.TimeoutError:
+            raise CallFailure(
+                Status.DEADLINE_EXCEEDED,
+                "deadline exceeded while connecting",
+                local=True,
+                ambiguous=False,
+            ) from None
+
+    async def _reconnect(self) -> Connection:
+        try:
+            return await self._open()
+        except (HandshakeFailure, OSError, asyncio.TimeoutError) as exc:
+            reason, _ = self._describe(exc)
+            # Certificate and handshake trouble does not heal by retrying: no status.
+            status = None if isinstance(exc, ssl.SSLError) else Status.UNAVAILABLE
+            failure = CallFailure(status, f"cannot connect: {reason}", local=True, ambiguous=False)
+            failure.__cause__ = exc
+            self._last_failure = failure
+            self._retry_at = asyncio.get_running_loop().time() + self._backoff.next()
+            logger.debug("cannot connect to the sepp server at %s: %s", self.label, reason)
+            raise failure from exc
+        finally:
+            self._connecting = None
+
+    async def _open(self) -> Connection:
+        """A new connection that the server has sent its SETTINGS on."""
+        loop = asyncio.get_running_loop()
+        self._phase = "connecting"
+        transport, conn = await asyncio.wait_for(self._establish(loop), self._connect_timeout)
+        self._opened += 1
+        self._backoff.reset()
+        self._current = conn
+        self._live.add(conn)
+        conn.closed.add_done_callback(lambda _: self._live.discard(conn))
+        logger.debug("connection %d to %s is open", self._opened, self.label)
+        return conn
+
+    async def _establish(
+        self, loop: asyncio.AbstractEventLoop
+    ) -> tuple[asyncio.BaseTransport, Connection]:
+        def factory() -> Connection:
+            return Connection(config=self._config, keepalive=self._keepalive, label=self.label)
+
+        target, hostname = self._target, self._server_hostname
+        if target.path is not None:
+            transport, conn = await loop.create_unix_connection(
+                factory, target.path, ssl=self._ssl, server_hostname=hostname
+            )
+        else:
+            assert target.host is not None and target.port is not None  # parse_address
+            transport, conn = await loop.create_connection(
+                factory, target.host, target.port, ssl=self._ssl, server_hostname=hostname
+            )
+        try:
+            _check_alpn(transport)
+            self._phase = "settings"
+            await conn.ready
+        except BaseException:
+            transport.abort()
+            raise
+        return transport, conn
+
+    def _describe(self, exc: BaseException) -> tuple[str, Optional[bool]]:
+        if isinstance(exc, asyncio.TimeoutError):
+            if self._phase == "settings":
+                return "timed out waiting for the server's HTTP/2 settings", None
+            return "timed out", None
+        return describe_connect_failure(exc)
+
+    async def close(self) -> None:
+        """Close every connection and wait (at most a second) until their sockets are
+        really closed: a TLS shutdown finishes asynchronously, and an event loop that
+        ends first would leave a socket open (and warn about it)."""
+        self.closed = True
+        if self._connecting is not None:
+            self._connecting.cancel()
+        live = list(self._live)
+        for conn in live:
+            conn.close("the client was closed")
+        if live:
+            await asyncio.wait([conn.closed for conn in live], timeout=1.0)
+        for conn in live:
+            if not conn.closed.done():
+                conn.abort()
+
+
+def _authority(target: Target) -> bytes:
+    if target.path is not None:
+        return b"localhost"
+    return str(target).encode("ascii")
+
+
+def _metadata_block(metadata: tuple[tuple[str, str], ...]) -> tuple[bytes, int]:
+    block = b""
+    size = 0
+    for name, value in metadata:
+        raw_name, raw_value = name.encode("ascii"), value.encode("ascii")
+        block += literal(raw_name, raw_value)
+        size += len(raw_name) + len(raw_value) + 32
+    return block, size
+
+
+def _check_alpn(transport: asyncio.BaseTransport) -> None:
+    ssl_object = transport.get_extra_info("ssl_object")
+    if ssl_object is None:
+        return
+    chosen = ssl_object.selected_alpn_protocol()
+    if chosen is not None and chosen != "h2":
+        raise HandshakeFailure(
+            f"the server chose {chosen!r} in the TLS handshake (ALPN), not HTTP/2 ('h2')"
+        )
+
+
+def _retrieve(task: asyncio.Future[Connection]) -> None:
+    if not task.cancelled():
+        task.exception()

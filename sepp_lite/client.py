@@ -1,8 +1,8 @@
 """SeppClient: one short coroutine per RPC, with sepp-py 0.1.0's API.
 
-Producer: validate -> encode (``_codec``) -> one retry loop (``_retry``) -> grpclib
-(``_transport``). Consumer: ``reserve`` hands out jobs bound to a :class:`Lease`;
-``ack``/``nack``/``extend`` settle or keep them.
+Producer: validate -> encode (``_codec``) -> one retry loop (``_retry``) -> the
+transport (``_transport``: our own HTTP/2, or a grpclib channel). Consumer: ``reserve``
+hands out jobs bound to a :class:`Lease`; ``ack``/``nack``/``extend`` settle or keep them.
 """
 
 from __future__ import annotations
@@ -11,22 +11,20 @@ import asyncio
 import ssl
 from collections.abc import Iterable
 from datetime import datetime, timedelta
-from typing import Any, Optional
-
-from grpclib.client import Channel
+from typing import TYPE_CHECKING, Any, Optional
 
 from sepp_lite import _codec, _otel, errors
 from sepp_lite._codec import client as codec
+from sepp_lite._http2 import Keepalive
 from sepp_lite._lease import Lease
 from sepp_lite._redact import protect_credentials_in_logs
 from sepp_lite._retry import call_with_retry
 from sepp_lite._time import Duration, as_timedelta
 from sepp_lite._transport import (
     DEFAULT_MAX_RECEIVE,
-    Keepalive,
+    Http2Transport,
     Transport,
     bearer_metadata,
-    channel_config,
     parse_address,
     tls_context,
 )
@@ -41,6 +39,9 @@ from sepp_lite.types import (
     RetryPolicy,
     ServerInfo,
 )
+
+if TYPE_CHECKING:
+    from grpclib.client import Channel
 
 __all__ = ["Lease", "RetryDirective", "RetryPolicy", "SeppClient"]
 
@@ -65,7 +66,7 @@ class SeppClient:
 
     def __init__(
         self,
-        channel: Channel,
+        channel: Channel | Transport,
         retry_policy: RetryPolicy | None = None,
         auth_metadata: Iterable[tuple[str, str]] | None = None,
         rpc_timeout: Duration = _DEFAULT_RPC_TIMEOUT,
@@ -78,11 +79,21 @@ class SeppClient:
         metadata = tuple((str(key), str(value)) for key, value in (auth_metadata or ()))
         if metadata:
             protect_credentials_in_logs()  # before any header is encoded
-        self._auth = bool(metadata)
-        self._tls = channel._ssl is not None  # grpclib keeps the SSL context it was given
-        self._transport = Transport(
-            channel, metadata=metadata, max_receive=max_receive_message_bytes, label=_label(channel)
-        )
+        if isinstance(channel, Http2Transport):
+            if metadata:
+                raise ValueError("auth metadata is part of the transport: pass it there")
+            self._transport: Transport = channel
+            self._auth = channel.authenticated
+        else:
+            # A grpclib Channel: the adapter (and grpclib) load only on this path.
+            from sepp_lite._grpclib_transport import GrpclibTransport
+
+            self._transport = GrpclibTransport(
+                channel,  # type: ignore[arg-type]
+                metadata=metadata,
+                max_receive=max_receive_message_bytes,
+            )
+            self._auth = bool(metadata)
         self._server_info: ServerInfo | None = None
         self._check_payload_limit = check_payload_limit
 
@@ -128,6 +139,7 @@ class SeppClient:
         header value; ``ValueError`` for a malformed address or option.
         """
         target = parse_address(addr)
+        as_timedelta(rpc_timeout, "rpc_timeout", positive=True)  # checked before connecting
         metadata = bearer_metadata(api_key)
         use_tls = bool(tls or target.tls or tls_ca_cert or tls_domain or credentials)
         if metadata and not use_tls:
@@ -140,28 +152,28 @@ class SeppClient:
         )
         receive_limit = _receive_limit(max_receive_message_bytes)
         timeout = as_timedelta(connect_timeout, "connect_timeout", positive=True).total_seconds()
-        context = _client_tls(use_tls, tls_ca_cert, credentials)
-        channel = Channel(
-            target.host,
-            target.port,
-            path=target.path,
-            ssl=context,
-            config=channel_config(keepalive, tls_domain),
+        if metadata:
+            protect_credentials_in_logs()
+        transport = Http2Transport(
+            target,
+            label=addr,
+            ssl_context=_client_tls(use_tls, tls_ca_cert, credentials),
+            tls_domain=tls_domain,
+            metadata=metadata,
+            max_receive=receive_limit,
+            keepalive=keepalive,
+            connect_timeout=timeout,
         )
-        client = cls(
-            channel,
-            retry_policy,
-            metadata,
-            rpc_timeout,
-            max_receive_message_bytes=receive_limit,
-            check_payload_limit=check_payload_limit,
-        )
-        client._transport.label = addr
-        await client._transport.connect(timeout)
+        await transport.connect()
         logger.info(
             "connected to the sepp server at %s (tls=%s, auth=%s)", addr, use_tls, bool(metadata)
         )
-        return client
+        return cls(
+            transport,
+            retry_policy,
+            rpc_timeout=rpc_timeout,
+            check_payload_limit=check_payload_limit,
+        )
 
     @classmethod
     def from_channel(
@@ -171,7 +183,8 @@ class SeppClient:
         retry_policy: RetryPolicy | None = None,
         rpc_timeout: Duration = _DEFAULT_RPC_TIMEOUT,
     ) -> SeppClient:
-        """Wrap an existing grpclib ``Channel`` (no auth is sent)."""
+        """Wrap an existing grpclib ``Channel`` (no auth is sent). Calls then go through
+        grpclib, which is imported only on this path."""
         return cls(channel, retry_policy=retry_policy, rpc_timeout=rpc_timeout)
 
     async def close(self) -> None:
@@ -185,7 +198,15 @@ class SeppClient:
         await self.close()
 
     def __repr__(self) -> str:
-        return f"SeppClient({self._transport.label!r}, tls={self._tls}, auth={self._auth})"
+        transport = self._transport
+        return f"SeppClient({transport.label!r}, tls={transport.tls}, auth={self._auth})"
+
+    @property
+    def connections_opened(self) -> int:
+        """How many connections to the server this client has opened so far: 1 after
+        :meth:`connect`, one more after each reconnect (a lost connection, a server's
+        GOAWAY)."""
+        return self._transport.connections_opened
 
     @property
     def server_info(self) -> ServerInfo | None:
@@ -417,13 +438,6 @@ class SeppClient:
         for problem in problems:
             logger.warning("skipping malformed dead-letter record: %s", problem)
         return records
-
-
-def _label(channel: Channel) -> str:
-    path = getattr(channel, "_path", None)
-    if path:
-        return f"unix:{path}"
-    return f"{getattr(channel, '_host', '?')}:{getattr(channel, '_port', '?')}"
 
 
 def _receive_limit(value: int | None) -> int:

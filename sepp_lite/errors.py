@@ -33,9 +33,10 @@
 
 Per-job refusals are values, not exceptions: :class:`JobRejection` and its variants come
 back inside ``enqueue_batch`` results. ``HandlerError`` (worker) is deliberately not a
-``SeppError``. Every :class:`ClientError` carries ``code`` (the gRPC status, or the status
-a grpclib-level failure stands for) and ``ambiguous`` (the request may have been applied
-even though the call failed), which is what the retry policy decides on.
+``SeppError``. Every :class:`ClientError` carries ``code`` (a :class:`Status`: the gRPC
+status, or the status a connection-level failure stands for) and ``ambiguous`` (the
+request may have been applied even though the call failed), which is what the retry
+policy decides on.
 """
 
 from __future__ import annotations
@@ -46,9 +47,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, Optional
 
-import h2.exceptions
-from grpclib.const import Status
-from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
+from sepp_lite._status import CallFailure, Status
 
 __all__ = [
     "AttemptMismatchError",
@@ -88,6 +87,7 @@ __all__ = [
     "SeppError",
     "ServerInfoError",
     "ServerInternalError",
+    "Status",
     "TransportError",
     "UnauthenticatedError",
     "UnexpectedStatusError",
@@ -111,11 +111,15 @@ class ClientError(SeppError):
 
 
 class ConnectError(ClientError):
-    """``connect()`` could not reach the server within its connect timeout."""
+    """``connect()`` could not reach the server within its connect timeout.
 
-    def __init__(self, addr: str, reason: str) -> None:
+    ``reason`` says why; ``server_uses_tls`` is True when a plaintext connect met a
+    TLS server, False when a TLS connect met a plaintext one, None otherwise."""
+
+    def __init__(self, addr: str, reason: str, *, server_uses_tls: Optional[bool] = None) -> None:
         self.addr = addr
         self.reason = reason
+        self.server_uses_tls = server_uses_tls
         super().__init__(f"cannot connect to the sepp server at {addr}: {reason}")
 
 
@@ -502,28 +506,30 @@ def _transport_error(message: str, code: Status | None, ambiguous: bool) -> Tran
     return error
 
 
-def map_failure(exc: BaseException, kind: CallKind = "generic") -> SeppError | None:
+def map_failure(
+    exc: BaseException, kind: CallKind = "generic", where: str = ""
+) -> SeppError | None:
     """The sepp error for a failed call, or ``None`` when ``exc`` is not a call failure
-    (a bug or a cancellation, which must propagate as they are).
+    (a bug or a cancellation, which must propagate as they are). ``where`` (the call
+    and the address) starts the message of failures that are not the server's answer.
 
-    The only place grpclib, h2, socket and TLS failures turn into sepp errors.
+    The only place transport, socket and TLS failures turn into sepp errors.
     """
+    prefix = f"{where}: " if where else ""
     if isinstance(exc, SeppError):
         return exc
-    if isinstance(exc, GRPCError):
-        return _status_error(exc.status, exc.message or "", kind)
+    if isinstance(exc, CallFailure):
+        if exc.local or exc.status is None:
+            ambiguous = exc.status in AMBIGUOUS_CODES if exc.ambiguous is None else exc.ambiguous
+            return _transport_error(prefix + exc.message, exc.status, ambiguous)
+        return _status_error(exc.status, exc.message, kind)
     if isinstance(exc, asyncio.TimeoutError):
-        return _transport_error("deadline exceeded", Status.DEADLINE_EXCEEDED, True)
-    if isinstance(exc, StreamTerminatedError):
-        # The request may have reached the server before the connection went away.
-        return _transport_error(f"connection lost during the call: {exc}", Status.UNAVAILABLE, True)
+        return _transport_error(f"{prefix}deadline exceeded", Status.DEADLINE_EXCEEDED, True)
     if isinstance(exc, ssl.SSLError):
         # Certificate or handshake trouble does not heal by retrying.
-        return _transport_error(f"TLS failure: {exc}", None, False)
+        return _transport_error(f"{prefix}TLS failure: {exc}", None, False)
     if isinstance(exc, OSError):
-        return _transport_error(f"connection failed: {exc}", Status.UNAVAILABLE, False)
-    if isinstance(exc, (ProtocolError, h2.exceptions.ProtocolError)):
-        return _transport_error(f"HTTP/2 protocol error: {exc}", Status.UNAVAILABLE, True)
+        return _transport_error(f"{prefix}connection failed: {exc}", Status.UNAVAILABLE, False)
     return None
 
 

@@ -14,15 +14,17 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 import grpclib.server
-from grpclib.const import Cardinality, Handler, Status
+from grpclib.const import Cardinality, Handler
 from grpclib.exceptions import GRPCError
 
 from sepp_lite import SeppClient
+from sepp_lite import errors as sepp_errors
 from sepp_lite._codec import server as srv
 from sepp_lite._time import now_ms
+from sepp_lite.errors import Status
 from sepp_lite.testing import QueueState, SeppTestServer, ServerConfig
 from sepp_lite.testing._service import RawCodec
 from sepp_lite.types import EnqueueRequest, JobCtx, Payload, Priority, ReserveOptions
@@ -41,6 +43,7 @@ METHODS = (
 START_MS = 1_700_000_000_000  # a fixed ManualClock start: expected times are literals
 JOB_ID = "6f1c1e0a-1111-4222-8333-444455556666"
 
+T = TypeVar("T")
 _names = itertools.count()
 
 
@@ -100,6 +103,21 @@ async def connected(addr: str, **kwargs: Any) -> AsyncIterator[SeppClient]:
         yield client
     finally:
         await client.close()
+
+
+async def once_reconnected(call: Callable[[], Awaitable[T]], timeout: float = 5.0) -> T:
+    """``call()``, repeated while the client waits out its reconnect backoff. After a
+    failed connect attempt a client backs off as grpc's channel does (about 1 s, then
+    growing); calls in between fail at once, saying when the next attempt is."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        try:
+            return await call()
+        except sepp_errors.TransportError as error:
+            if "next attempt in" not in str(error) or loop.time() > end:
+                raise
+        await asyncio.sleep(0.05)
 
 
 # ---------------------------------------------------------------------------------------

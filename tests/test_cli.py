@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 import sepp_lite as sepp
 from sepp_lite import cli
+from sepp_lite.errors import Status
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import free_port, unique_queue
 

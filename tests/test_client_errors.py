@@ -13,13 +13,13 @@ from datetime import timedelta
 from typing import Callable
 
 import pytest
-from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 
 from sepp_lite import (
     AttemptMismatchError,
     BatchResultCountMismatchError,
     ClientError,
+    ConnectError,
     DeadLetterCause,
     EnqueueAck,
     InvalidRequestError,
@@ -40,6 +40,9 @@ from sepp_lite import (
 )
 from sepp_lite._codec import server as srv
 from sepp_lite._retry import backoff_delays, call_with_retry
+from sepp_lite._status import CallFailure
+from sepp_lite._transport import Backoff
+from sepp_lite.errors import Status
 from sepp_lite.testing import SeppTestServer
 from sepp_lite.types import JobCtx
 from tests.client_helpers import (
@@ -144,7 +147,7 @@ async def test_status_maps_to_error_per_rpc_kind(status: Status) -> None:
             error = info.value
             expected = expected_error(status, kind)
             assert type(error) is expected, (method, status, error)
-            assert isinstance(error.__cause__, GRPCError)
+            assert isinstance(error.__cause__, CallFailure) and error.__cause__.status is status
             if isinstance(error, ClientError):
                 assert error.code is status
                 assert error.ambiguous is (status in AMBIGUOUS)
@@ -469,16 +472,20 @@ async def test_lost_connection_retry_needs_idempotency_keys() -> None:
         assert len(server.calls) == 6
 
 
-async def test_garbled_answer_is_transport_error_not_hang() -> None:
+async def test_garbled_answer_fails_the_connect_at_once() -> None:
     frame = b"\x00\x00\x04\x09\x00\x00\x00\x00\x00garbage" * 4  # a CONTINUATION on stream 0
     async with SilentServer(reply=frame) as silent:
-        async with connected(f"127.0.0.1:{silent.port}", rpc_timeout=5) as client:
-            duration, result = await elapsed(client.get_server_info())
-    assert isinstance(result, TransportError)
+        duration, result = await elapsed(
+            SeppClient.connect(f"127.0.0.1:{silent.port}", connect_timeout=5)
+        )
+    assert isinstance(result, ConnectError), result
+    assert "not SETTINGS" in result.reason
     assert duration < 1.0
 
 
 async def test_server_stopped_then_back_on_the_same_port() -> None:
+    # As grpc's channel: a failed connect attempt backs off (about 1 s first); calls in
+    # the meantime fail at once, and the first call after the backoff connects again.
     first = SeppTestServer()
     await first.start()
     port = first.port
@@ -490,11 +497,16 @@ async def test_server_stopped_then_back_on_the_same_port() -> None:
                 await client.get_server_info()
             assert info.value.code is Status.UNAVAILABLE
             assert info.value.ambiguous is False
-            assert isinstance(info.value.__cause__, OSError)
+            assert "connection refused" in str(info.value)
             async with sepp_server(port=port) as second:
+                took, early = await elapsed(client.get_server_info())
+                assert isinstance(early, TransportError) and took < 0.5
+                assert "next attempt in" in str(early)
+                await asyncio.sleep(Backoff.INITIAL * (1 + Backoff.JITTER) + 0.05)
                 queue = unique_queue()
                 await client.enqueue(job(queue))
                 assert second.counts(queue) == (1, 0, 0, 0)
+                assert client.connections_opened == 2
     finally:
         await first.stop()
 
@@ -503,7 +515,8 @@ async def test_retry_policy_rides_out_a_short_outage() -> None:
     first = SeppTestServer()
     await first.start()
     port = first.port
-    patient = policy(20, backoff=0.05, multiplier=1.0)
+    # The connect backoff (about 1 s) makes calls fail at once until it has passed.
+    patient = policy(60, backoff=0.05, multiplier=1.0)
     queue = unique_queue()
     try:
         async with connected(first.addr, retry_policy=patient) as client:

@@ -20,7 +20,7 @@ import pytest
 
 import sepp_lite as sepp
 from sepp_lite import EnqueueAck, RetryPolicy, SeppClient, TransportError
-from tests.client_helpers import connected, unique_queue
+from tests.client_helpers import connected, once_reconnected, unique_queue
 from tests.fault_helpers import RestartableServer, ServerProcess, running, until
 
 pytestmark = pytest.mark.timeout(60)
@@ -253,7 +253,7 @@ async def test_in_flight_calls_fail_fast_and_retryably_when_the_server_crashes(
         assert refused.value.ambiguous is False
         assert isinstance(refused.value.__cause__, ConnectionRefusedError)
         await server.start()
-        assert (await client.get_server_info()).version == "0.1.0"
+        assert (await once_reconnected(client.get_server_info)).version == "0.1.0"
     assert server.state.waiter_count == 0  # the crashed long poll left nothing behind
 
 

@@ -19,7 +19,6 @@ import pytest
 
 pytest.importorskip("opentelemetry.sdk", reason="needs opentelemetry-sdk (the test-otel extra)")
 
-from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from opentelemetry import trace
 from opentelemetry.sdk.metrics.export import Sum
@@ -41,6 +40,7 @@ from sepp_lite import (
     _otel,
 )
 from sepp_lite._codec import server as srv
+from sepp_lite.errors import Status
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import (
     ScriptedServer,

@@ -35,6 +35,7 @@ ADDED = {
     "SeppClient.connect": {"keepalive_time", "keepalive_timeout", "check_payload_limit"},
     "Worker.__init__": {"shutdown_timeout"},
     "Worker.run": {"until_idle"},
+    "ConnectError.__init__": {"server_uses_tls"},
 }
 
 

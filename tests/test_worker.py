@@ -16,6 +16,7 @@ import pytest
 
 import sepp_lite as sepp
 from sepp_lite.testing import Limits, SeppTestServer
+from tests.client_helpers import once_reconnected
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -600,7 +601,9 @@ async def test_worker_survives_a_server_restart() -> None:
         assert not task.done()
         second = SeppTestServer(port=port)
         await second.start()
-        await enqueue(client, queue, "t")
+        # The client reconnects once its backoff (about 1 s after a failed connect,
+        # growing) has passed; the worker's reserves fail at once meanwhile.
+        await once_reconnected(lambda: enqueue(client, queue, "t"))
         await until(lambda: len(handled) == 2)
     finally:
         worker.shutdown_handle().shutdown()
