@@ -576,17 +576,9 @@ class PeerConnection(asyncio.Protocol):
         return [(f.last_stream_id, f.error_code, f.debug_data) for f in gone]
 
     @property
-    def stream_order(self) -> list[int]:
-        return list(self.requests)
-
-    @property
     def unacked_settings(self) -> int:
         """SETTINGS frames the peer sent after its first that the client has not ACKed."""
         return len(self._pending)
-
-    @property
-    def open_requests(self) -> list[Request]:
-        return [self.requests[sid] for sid in sorted(self.open)]
 
     def lowest_windows(self) -> dict[int, int]:
         """Replays the timeline: the lowest value each of the peer's receive windows
@@ -1306,9 +1298,6 @@ class H2Peer:
             await asyncio.wait_for(future, timeout)
         except asyncio.TimeoutError:
             raise AssertionError(f"condition not reached within {timeout} s") from None
-
-    async def wait_closed(self, conn: PeerConnection, timeout: float = 10.0) -> None:
-        await asyncio.wait_for(conn.closed.wait(), timeout)
 
 
 # ---------------------------------------------------------------------------------------
