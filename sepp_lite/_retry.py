@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import random
 from collections.abc import Awaitable, Iterator
 from typing import Callable, TypeVar
 
@@ -16,12 +15,16 @@ logger = _otel.logger()
 
 
 def backoff_delays(
-    policy: RetryPolicy, jitter: Callable[[], float] = random.random
+    policy: RetryPolicy, jitter: Callable[[], float] | None = None
 ) -> Iterator[float]:
     """Seconds to wait before retry 1, 2, ...: the base starts at ``initial_backoff`` and
     is multiplied (then capped at ``max_backoff``) after each retry, so a first backoff
     above the cap is used once as is, as in sepp-py. With jitter each delay is scaled by
-    a factor in [0.5, 1)."""
+    a factor in [0.5, 1) (``random.random`` unless ``jitter`` is given)."""
+    if jitter is None:
+        import random  # here, not at import: most clients never retry
+
+        jitter = random.random
     base = policy.initial_backoff.total_seconds()
     cap = policy.max_backoff.total_seconds()
     while True:

@@ -9,8 +9,6 @@ grpclib ``Channel`` (``SeppClient.from_channel``), imported only when one is use
 from __future__ import annotations
 
 import asyncio
-import platform
-import random
 import ssl
 import sys
 from dataclasses import dataclass
@@ -163,7 +161,8 @@ _PLAINTEXT_PEER = frozenset(
 
 def user_agent() -> str:
     """``sepp-lite/<version> (<platform>; <implementation>/<version>)``."""
-    runtime = f"{platform.python_implementation().lower()}/{platform.python_version()}"
+    version = ".".join(map(str, sys.version_info[:3]))
+    runtime = f"{sys.implementation.name}/{version}"
     return f"{USER_AGENT} ({sys.platform}; {runtime})"
 
 
@@ -225,6 +224,8 @@ class Backoff:
         self._next = self.INITIAL
 
     def next(self) -> float:
+        import random  # here, not at import: only a failed connect gets this far
+
         delay = self._next * (1 + random.uniform(-self.JITTER, self.JITTER))
         self._next = min(self._next * self.MULTIPLIER, self.MAXIMUM)
         return delay

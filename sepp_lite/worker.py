@@ -12,7 +12,6 @@ import asyncio
 import os
 import socket
 import time
-import uuid
 from collections.abc import Awaitable, Iterable
 from datetime import timedelta
 from typing import Any, Callable, Optional, TypeVar
@@ -123,7 +122,7 @@ def default_worker_id() -> str:
         host = socket.gethostname() or "unknown"
     except OSError:
         host = "unknown"
-    return f"{host}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return f"{host}-{os.getpid()}-{os.urandom(4).hex()}"
 
 
 class Worker:

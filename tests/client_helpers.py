@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterable
@@ -17,6 +18,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Callable, Optional, TypeVar, Union
 
 import grpclib.server
+from grpclib.client import Channel
 from grpclib.const import Cardinality, Handler
 from grpclib.exceptions import GRPCError
 
@@ -95,14 +97,35 @@ async def sepp_server(**config: Any) -> AsyncIterator[SeppTestServer]:
         await server.stop()
 
 
+# How `connected()` makes its client: "connect" (SeppClient.connect, the default
+# transport) or "from_channel" (SeppClient.from_channel over a grpclib Channel). The
+# `client_transport` fixture (conftest.py) switches it for one test.
+TRANSPORTS = ("connect", "from_channel")
+transport = "connect"
+_FROM_CHANNEL_OPTIONS = frozenset({"retry_policy", "rpc_timeout"})
+
+
 @contextlib.asynccontextmanager
 async def connected(addr: str, **kwargs: Any) -> AsyncIterator[SeppClient]:
-    """``SeppClient.connect(addr, **kwargs)``, always closed."""
-    client = await SeppClient.connect(addr, **kwargs)
+    """``SeppClient.connect(addr, **kwargs)``, or the same over a grpclib ``Channel``
+    while a test runs on the "from_channel" transport; always closed."""
+    if transport == "connect":
+        client = await SeppClient.connect(addr, **kwargs)
+        try:
+            yield client
+        finally:
+            await client.close()
+        return
+    unsupported = sorted(set(kwargs) - _FROM_CHANNEL_OPTIONS)
+    if unsupported:
+        raise TypeError(f"from_channel takes no {unsupported}: mark the test connect_only")
+    host, port = addr.rsplit(":", 1)
+    channel = Channel(host.strip("[]"), int(port))
     try:
-        yield client
+        async with SeppClient.from_channel(channel, **kwargs) as client:
+            yield client
     finally:
-        await client.close()
+        channel.close()
 
 
 async def once_reconnected(call: Callable[[], Awaitable[T]], timeout: float = 5.0) -> T:
@@ -415,13 +438,25 @@ class FreezableProxy:
     def resume(self) -> None:
         self._running.set()
 
-    async def _pump(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def observer(self, connection: int, to_server: bool) -> Optional[Callable[[bytes], None]]:
+        """A hook for subclasses: what sees each chunk forwarded on ``connection``
+        (counted from 1) in one direction, before it is forwarded."""
+        return None
+
+    async def _pump(
+        self,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        observe: Optional[Callable[[bytes], None]],
+    ) -> None:
         try:
             while True:
                 data = await reader.read(65536)
                 await self._running.wait()
                 if not data or self._closing.is_set():
                     break
+                if observe is not None:
+                    observe(data)
                 writer.write(data)
                 await writer.drain()
         except (ConnectionError, OSError):
@@ -441,7 +476,11 @@ class FreezableProxy:
             writer.close()
             return
         self._writers.append(up_writer)
-        await asyncio.gather(self._pump(reader, up_writer), self._pump(up_reader, writer))
+        number = self.connections
+        await asyncio.gather(
+            self._pump(reader, up_writer, self.observer(number, to_server=True)),
+            self._pump(up_reader, writer, self.observer(number, to_server=False)),
+        )
 
     async def __aenter__(self) -> FreezableProxy:
         self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
@@ -480,6 +519,20 @@ def all_text(exc: BaseException) -> str:
         parts += [str(current), repr(current), repr(getattr(current, "args", ()))]
         current = current.__cause__ or current.__context__
     return "\n".join(parts)
+
+
+def client_records(
+    records: list[logging.LogRecord], above: int = logging.DEBUG
+) -> list[logging.LogRecord]:
+    """What sepp_lite's client side logged above ``above`` (the test server's records
+    are not the client's)."""
+    return [
+        record
+        for record in records
+        if record.name.startswith("sepp_lite")
+        and not record.name.startswith("sepp_lite.testing")
+        and record.levelno > above
+    ]
 
 
 def status_errors(statuses: Iterable[Status], message: str = "scripted") -> list[GRPCError]:

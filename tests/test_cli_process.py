@@ -170,14 +170,14 @@ async def test_progress_bar_on_a_real_terminal(server: SeppTestServer, tmp_path:
 async def test_jsonl_interrupted_by_ctrl_c_says_how_far_it_got(tmp_path: Path) -> None:
     server = SeppTestServer(max_enqueue_batch=2)
     sending, release = asyncio.Event(), asyncio.Event()
-    enqueue_batch = server.service._enqueue_batch
+    enqueue_batch = server.service.dispatch._enqueue_batch
 
     async def held(data: bytes) -> bytes:
         sending.set()  # the command now waits for this call's answer
         await release.wait()
         return await enqueue_batch(data)
 
-    server.service._enqueue_batch = held
+    server.service.dispatch._enqueue_batch = held
     rejected = tmp_path / "rejected.jsonl"
     argv = ["enqueue", "q", "t", "--jsonl", "-", "--rejected", str(rejected)]
     async with server:

@@ -66,6 +66,11 @@ from tests.client_helpers import (
     unique_queue,
 )
 
+pytestmark = pytest.mark.both_transports
+# The retry decision sits above the transport: its many cases run over connect() only
+# (test_retryable_status_retried_up_to_max_attempts covers retries over both).
+RETRY_DECISION = pytest.mark.connect_only
+
 ERROR_STATUSES = [status for status in Status if status is not Status.OK]
 RETRYABLE = [
     Status.UNAVAILABLE,
@@ -189,6 +194,7 @@ async def test_retryable_status_retried_up_to_max_attempts(status: Status) -> No
         assert len(server.calls) == 8
 
 
+@RETRY_DECISION
 @pytest.mark.parametrize("status", NOT_RETRYABLE, ids=lambda s: s.name)
 async def test_other_statuses_are_never_retried(status: Status) -> None:
     async with ScriptedServer() as server, connected(server.addr, retry_policy=policy(5)) as c:
@@ -199,6 +205,7 @@ async def test_other_statuses_are_never_retried(status: Status) -> None:
         assert len(server.calls) == len(RPCS)
 
 
+@RETRY_DECISION
 @pytest.mark.parametrize(
     ("method", "call"),
     [(method, call) for method, _, call in RPCS if method not in ("Reserve", "DrainDeadLetters")],
@@ -211,6 +218,7 @@ async def test_retried_rpcs(method: str, call: Rpc) -> None:
         assert [call.method for call in server.calls] == [method] * 4
 
 
+@RETRY_DECISION
 @pytest.mark.parametrize("method", ["Reserve", "DrainDeadLetters"])
 @pytest.mark.parametrize("status", RETRYABLE, ids=lambda s: s.name)
 async def test_reserve_and_drain_are_never_retried(method: str, status: Status) -> None:
@@ -239,6 +247,7 @@ KEYED_CASES: list[tuple[str, Callable[[SeppClient], Awaitable[object]]]] = [
 ]
 
 
+@RETRY_DECISION
 @pytest.mark.parametrize("status", [Status.DEADLINE_EXCEEDED, Status.ABORTED], ids=str)
 @pytest.mark.parametrize("case", range(len(KEYLESS_CASES)))
 async def test_keyless_enqueue_does_not_retry_ambiguous_codes(case: int, status: Status) -> None:
@@ -251,6 +260,7 @@ async def test_keyless_enqueue_does_not_retry_ambiguous_codes(case: int, status:
         assert len(server.calls) == 1
 
 
+@RETRY_DECISION
 @pytest.mark.parametrize("status", [Status.UNAVAILABLE, Status.RESOURCE_EXHAUSTED], ids=str)
 @pytest.mark.parametrize("case", range(len(KEYLESS_CASES)))
 async def test_keyless_enqueue_retries_unambiguous_codes(case: int, status: Status) -> None:
@@ -261,6 +271,7 @@ async def test_keyless_enqueue_retries_unambiguous_codes(case: int, status: Stat
         assert len(server.calls) == 4
 
 
+@RETRY_DECISION
 @pytest.mark.parametrize("status", [Status.DEADLINE_EXCEEDED, Status.ABORTED], ids=str)
 @pytest.mark.parametrize("case", range(len(KEYED_CASES)))
 async def test_keyed_enqueue_retries_ambiguous_codes(case: int, status: Status) -> None:
@@ -271,6 +282,7 @@ async def test_keyed_enqueue_retries_ambiguous_codes(case: int, status: Status) 
         assert len(server.calls) == 4
 
 
+@RETRY_DECISION
 @pytest.mark.parametrize("method", ["Ack", "Nack", "Extend", "GetServerInfo"])
 async def test_ambiguous_codes_are_retried_outside_enqueue(method: str) -> None:
     call = next(call for name, _, call in RPCS if name == method)
@@ -483,6 +495,7 @@ async def test_garbled_answer_fails_the_connect_at_once() -> None:
     assert duration < 1.0
 
 
+@pytest.mark.connect_only  # the default transport's reconnect backoff and counters
 async def test_server_stopped_then_back_on_the_same_port() -> None:
     # As grpc's channel: a failed connect attempt backs off (about 1 s first); calls in
     # the meantime fail at once, and the first call after the backoff connects again.
@@ -539,6 +552,7 @@ async def test_retry_policy_rides_out_a_short_outage() -> None:
 # -- the receive limit ---------------------------------------------------------------
 
 
+@pytest.mark.connect_only
 async def test_response_over_receive_limit() -> None:
     queue = unique_queue()
     async with sepp_server() as server:

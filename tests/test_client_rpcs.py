@@ -60,6 +60,8 @@ from tests.client_helpers import (
     unique_queue,
 )
 
+pytestmark = pytest.mark.both_transports
+
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 START = ms_to_datetime(START_MS)
 

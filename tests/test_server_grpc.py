@@ -382,17 +382,18 @@ async def test_auth_runs_before_decoding_and_health_is_open():
 
 
 def test_authorization_values_that_are_not_visible_ascii_count_as_missing():
-    from sepp_lite.testing._service import QueueService
-    from sepp_lite.testing._state import QueueState
+    from sepp_lite.testing import QueueState, RpcError
+    from sepp_lite.testing._dispatch import Dispatch
 
-    service = QueueService(QueueState(), frozenset({"k", "k\t"}))
+    dispatch = Dispatch(QueueState(), frozenset({"k", "k\t"}))
     for value in ("Bearer k\x7f", "Bearer k\x00", "Bearer kü", "\tBearer k"):
-        with pytest.raises(GRPCError) as info:
-            service._authorize({"authorization": value})
+        with pytest.raises(RpcError) as info:
+            dispatch.authorize(value)
+        assert info.value.code.name == "UNAUTHENTICATED"
         assert info.value.message == MISSING, value
-    service._authorize({"authorization": "Bearer k\t"})  # tab is allowed, like space
-    with pytest.raises(GRPCError) as info:
-        service._authorize({"authorization": "Bearer  k"})
+    dispatch.authorize("Bearer k\t")  # tab is allowed, like space
+    with pytest.raises(RpcError) as info:
+        dispatch.authorize("Bearer  k")
     assert info.value.message == "invalid API key"
 
 

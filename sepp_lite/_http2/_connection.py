@@ -22,11 +22,14 @@ import itertools
 import logging
 from typing import Any, Callable, Optional
 
-import hpack
-
 from sepp_lite._http2 import _frames as f
 from sepp_lite._http2._config import Http2Config
-from sepp_lite._http2._headers import TABLE_SIZE_ZERO, RequestHead, ResponseDecoder
+from sepp_lite._http2._headers import (
+    TABLE_SIZE_ZERO,
+    HeaderBlockError,
+    RequestHead,
+    ResponseDecoder,
+)
 from sepp_lite._http2._stream import Outcome, Stream
 from sepp_lite._status import CallFailure, Status, lost, not_processed
 
@@ -540,7 +543,7 @@ class Connection(asyncio.Protocol):
         # Decode even for a stream we reset: the peer's HPACK state moves on regardless.
         try:
             response = self._decoder.decode(block)
-        except hpack.HPACKError as exc:
+        except HeaderBlockError as exc:
             raise ProtocolViolation(
                 f.COMPRESSION_ERROR, f"a header block did not decode: {exc}"
             ) from None

@@ -15,10 +15,7 @@ block, before anything is cached (RFC 7541 §4.2).
 
 from __future__ import annotations
 
-from typing import NamedTuple, Optional
-from urllib.parse import unquote
-
-import hpack
+from typing import Any, NamedTuple, Optional
 
 from sepp_lite._status import Status, status_of
 
@@ -118,9 +115,26 @@ def parse_fields(fields: list[tuple[bytes, bytes]]) -> Response:
             grpc_status = _grpc_status(value)
         elif name == b"grpc-message":
             message = value
-    # grpc-message is percent-encoded UTF-8 (gRPC's PROTOCOL-HTTP2).
-    text = unquote(message.decode("utf-8", "replace"), errors="replace") if message else ""
-    return Response(http_status, content_type, grpc_status, text)
+    return Response(http_status, content_type, grpc_status, _percent_decoded(message))
+
+
+def _percent_decoded(message: bytes) -> str:
+    """grpc-message is percent-encoded UTF-8 (gRPC's PROTOCOL-HTTP2); a ``%`` not
+    followed by two hex digits stays as it is."""
+    if b"%" not in message:
+        return message.decode("utf-8", "replace")
+    parts = message.split(b"%")
+    out = bytearray(parts[0])
+    for part in parts[1:]:
+        if len(part) >= 2 and part[0] in _HEX and part[1] in _HEX:
+            out.append(int(part[:2], 16))
+            out += part[2:]
+        else:
+            out += b"%" + part
+    return out.decode("utf-8", "replace")
+
+
+_HEX = frozenset(b"0123456789abcdefABCDEF")
 
 
 def _grpc_status(value: bytes) -> Status:
@@ -131,11 +145,18 @@ _CACHE_ENTRIES = 256  # distinct cached blocks; typical peers use a handful
 _CACHE_BLOCK_BYTES = 512  # larger blocks (long error messages) are not cached
 
 
+class HeaderBlockError(Exception):
+    """A header block that does not decode (the connection's HPACK state is lost)."""
+
+
 class ResponseDecoder:
     """Decodes the peer's header blocks, caching the parsed form when that is safe."""
 
     def __init__(self, max_header_list_size: int) -> None:
+        import hpack  # here: the first connection needs it, ``import sepp_lite`` does not
+
         self._decoder = hpack.Decoder(max_header_list_size=max_header_list_size)
+        self._errors: Any = hpack.HPACKError
         self._table = self._decoder.header_table
         self._cache: dict[bytes, Response] = {}
 
@@ -143,12 +164,16 @@ class ResponseDecoder:
         return block in self._cache
 
     def decode(self, block: bytes) -> Response:
-        """Raises ``hpack.HPACKError`` for a block that does not decode."""
+        """Raises :class:`HeaderBlockError` for a block that does not decode."""
         cached = self._cache.get(block)
         if cached is not None and self._table.maxsize == 0:
             return cached
         was_empty = self._table.maxsize == 0
-        response = parse_fields(self._decoder.decode(block, raw=True))  # type: ignore[arg-type]
+        try:
+            fields = self._decoder.decode(block, raw=True)
+        except self._errors as exc:
+            raise HeaderBlockError(str(exc)) from None
+        response = parse_fields(fields)  # type: ignore[arg-type]
         if (
             was_empty
             and self._table.maxsize == 0

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from typing import Any, Callable, Optional
 
 from grpclib.const import Cardinality, Handler, Status
@@ -17,25 +17,20 @@ from grpclib.encoding.base import CodecBase
 from grpclib.exceptions import GRPCError
 from grpclib.server import Stream
 
-from sepp_lite._codec import server as codec
-from sepp_lite._codec._wire import guarded, read_len, read_tag, skip_field
 from sepp_lite._cork import cork
 from sepp_lite.errors import DecodeError
+from sepp_lite.testing._dispatch import (
+    HEALTH_CHECK,
+    HEALTH_WATCH,
+    Dispatch,
+    Route,
+    decode_failure,
+)
 from sepp_lite.testing._state import QueueState, RpcError
 
 __all__ = ["HEALTH_CHECK", "HEALTH_WATCH", "QueueService", "RawCodec", "Routes"]
 
 log = logging.getLogger(__name__)
-
-SERVICE = "sepp.v1.QueueService"
-HEALTH_CHECK = "/grpc.health.v1.Health/Check"
-HEALTH_WATCH = "/grpc.health.v1.Health/Watch"
-MISSING_KEY = "missing API key; expected an `authorization: Bearer <key>` header"
-INVALID_KEY = "invalid API key"
-_SERVING = b"\x08\x01"  # HealthCheckResponse{status: SERVING}
-_SERVICE_UNKNOWN = b"\x08\x03"  # HealthCheckResponse{status: SERVICE_UNKNOWN}
-
-Call = Callable[[bytes], Awaitable[bytes]]
 
 
 class RawCodec(CodecBase):
@@ -60,39 +55,6 @@ class RawCodec(CodecBase):
                 f"the limit is: {self.max_message_bytes} bytes",
             )
         return data
-
-
-def _visible_ascii(value: str) -> bool:
-    # What http's HeaderValue::to_str accepts: visible ASCII, space and tab.
-    return all(" " <= c <= "~" or c == "\t" for c in value)
-
-
-def _check_any_message(data: bytes) -> None:
-    """Raise DecodeError unless ``data`` parses as a protobuf message (its fields
-    unknown or ignored), as prost decodes ``GetServerInfoRequest``."""
-
-    def walk(raw: bytes) -> None:
-        pos, end = 0, len(raw)
-        while pos < end:
-            tag, pos = read_tag(raw, pos)
-            pos = skip_field(raw, pos, end, tag)
-
-    guarded("GetServerInfoRequest", walk, data)
-
-
-def _health_service(data: bytes) -> str:
-    def read(raw: bytes) -> str:
-        pos, end, service = 0, len(raw), ""
-        while pos < end:
-            tag, pos = read_tag(raw, pos)
-            if tag == 0x0A:
-                start, pos = read_len(raw, pos, end)
-                service = raw[start:pos].decode()
-            else:
-                pos = skip_field(raw, pos, end, tag)
-        return service
-
-    return guarded("HealthCheckRequest", read, data)
 
 
 _OK_HEADERS = [(":status", "200"), ("content-type", "application/grpc+proto")]
@@ -141,30 +103,17 @@ class QueueService:
 
     def __init__(self, state: QueueState, api_keys: Optional[frozenset[str]] = None) -> None:
         self.state = state
-        self._api_keys = api_keys
+        self.dispatch = Dispatch(state, api_keys, passthrough=(GRPCError,))
         self._active = 0
         self._idle: Optional[asyncio.Event] = None
         self._watchers: set[asyncio.Future[None]] = set()
 
     def __mapping__(self) -> dict[str, Handler]:
         """grpclib's handler table: path -> Handler."""
-        calls: Mapping[str, Call] = {
-            "EnqueueBatch": self._enqueue_batch,
-            "EnqueueAtomic": self._enqueue_atomic,
-            "Reserve": self._reserve,
-            "Ack": self._ack,
-            "Nack": self._nack,
-            "Extend": self._extend,
-            "DrainDeadLetters": self._drain,
-            "GetServerInfo": self._server_info,
-        }
         table = {
-            f"/{SERVICE}/{name}": Handler(self._unary(call), Cardinality.UNARY_UNARY, bytes, bytes)
-            for name, call in calls.items()
+            path: Handler(self._unary(route), Cardinality.UNARY_UNARY, bytes, bytes)
+            for path, route in self.dispatch.routes().items()
         }
-        table[HEALTH_CHECK] = Handler(
-            self._unary(self._health, auth=False), Cardinality.UNARY_UNARY, bytes, bytes
-        )
         table[HEALTH_WATCH] = Handler(self._health_watch, Cardinality.UNARY_STREAM, bytes, bytes)
         return table
 
@@ -174,8 +123,11 @@ class QueueService:
 
         async def unimplemented(stream: Stream[bytes, bytes]) -> None:
             path = getattr(stream, "_method_name", "")
-            if isinstance(path, str) and path.startswith(f"/{SERVICE}/"):
-                self._authorize(stream.metadata)
+            if isinstance(path, str) and self.dispatch.guarded_path(path):
+                try:
+                    self._authorize(stream)
+                except RpcError as exc:
+                    raise _grpc_error(exc) from None
             raise GRPCError(Status.UNIMPLEMENTED)
 
         return Handler(unimplemented, Cardinality.UNARY_UNARY, bytes, bytes)
@@ -207,21 +159,9 @@ class QueueService:
             return False
         return True
 
-    def _authorize(self, metadata: Optional[Mapping[str, Any]]) -> None:
-        keys = self._api_keys
-        if keys is None:
-            return
-        value = None if metadata is None else metadata.get("authorization")
-        if (
-            not isinstance(value, str)
-            or not _visible_ascii(value)
-            or not value.startswith("Bearer ")
-        ):
-            log.warning("rejected request: missing API key")
-            raise GRPCError(Status.UNAUTHENTICATED, MISSING_KEY)
-        if value[7:] not in keys:
-            log.warning("rejected request: invalid API key")
-            raise GRPCError(Status.UNAUTHENTICATED, INVALID_KEY)
+    def _authorize(self, stream: Stream[bytes, bytes]) -> None:
+        metadata = stream.metadata
+        self.dispatch.authorize(None if metadata is None else metadata.get("authorization"))
 
     @staticmethod
     async def _receive(stream: Stream[bytes, bytes]) -> bytes:
@@ -237,29 +177,17 @@ class QueueService:
             raise GRPCError(Status.INTERNAL, "Missing request message.")
         return data
 
-    @staticmethod
-    async def _answer(call: Call, data: bytes) -> bytes:
-        try:
-            return await call(data)
-        except RpcError as exc:
-            raise GRPCError(Status(exc.code.value), exc.message) from None
-        except DecodeError as exc:
-            raise GRPCError(Status.INTERNAL, f"failed to decode Protobuf message: {exc}") from None
-        except (GRPCError, asyncio.CancelledError):
-            raise
-        except Exception as exc:
-            # A bug here must cost one call, never the server.
-            log.exception("internal error while handling a call")
-            raise GRPCError(Status.INTERNAL, f"internal error: {exc.__class__.__name__}") from None
-
-    def _unary(self, call: Call, auth: bool = True) -> Callable[[Stream[bytes, bytes]], Any]:
+    def _unary(self, route: Route) -> Callable[[Stream[bytes, bytes]], Any]:
         async def handle(stream: Stream[bytes, bytes]) -> None:
             self._active += 1
             try:
-                if auth:
-                    self._authorize(stream.metadata)
-                data = await self._receive(stream)
-                answer = await self._answer(call, data)
+                try:
+                    if route.auth:
+                        self._authorize(stream)
+                    data = await self._receive(stream)
+                    answer = await self.dispatch.answer(route.call, data)
+                except RpcError as exc:
+                    raise _grpc_error(exc) from None
                 # grpclib's Peer keeps the connection's asyncio transport in `_transport`.
                 cork(getattr(getattr(stream, "peer", None), "_transport", None))
                 await _reply(stream, answer)
@@ -275,54 +203,18 @@ class QueueService:
             self._idle.set()
             self._idle = None
 
-    # -- the RPCs ----------------------------------------------------------------------
-
-    async def _enqueue_batch(self, data: bytes) -> bytes:
-        jobs = codec.decode_enqueue_batch(data)
-        return codec.encode_enqueue_batch(self.state.enqueue_batch(jobs))
-
-    async def _enqueue_atomic(self, data: bytes) -> bytes:
-        result = self.state.enqueue_atomic(codec.decode_enqueue_batch(data))
-        if result.acks is not None:
-            return codec.encode_atomic_success(result.acks)
-        return codec.encode_atomic_failure(result.errors or [])
-
-    async def _reserve(self, data: bytes) -> bytes:
-        return codec.encode_reserve(await self.state.reserve(codec.decode_reserve(data)))
-
-    async def _ack(self, data: bytes) -> bytes:
-        return codec.encode_ack(self.state.ack(codec.decode_lease_request("ack", data)))
-
-    async def _nack(self, data: bytes) -> bytes:
-        return codec.encode_nack(*self.state.nack(codec.decode_lease_request("nack", data)))
-
-    async def _extend(self, data: bytes) -> bytes:
-        return codec.encode_extend(*self.state.extend(codec.decode_lease_request("extend", data)))
-
-    async def _drain(self, data: bytes) -> bytes:
-        return codec.encode_drain(self.state.drain(*codec.decode_drain(data)))
-
-    async def _server_info(self, data: bytes) -> bytes:
-        _check_any_message(data)
-        return codec.encode_server_info(self.state.server_info())
-
-    async def _health(self, data: bytes) -> bytes:
-        if _health_service(data) in ("", SERVICE):
-            return _SERVING
-        raise GRPCError(Status.NOT_FOUND, "service not registered")
-
     async def _health_watch(self, stream: Stream[bytes, bytes]) -> None:
         """Health/Watch: the service's status now (SERVING, or SERVICE_UNKNOWN for a
         service this server does not have), then nothing more, since statuses never
         change here, until the server shuts down and the stream ends with OK."""
         data = await self._receive(stream)
         try:
-            service = _health_service(data)
+            status = self.dispatch.health_status(data)
         except DecodeError as exc:
-            raise GRPCError(Status.INTERNAL, f"failed to decode Protobuf message: {exc}") from None
+            raise _grpc_error(decode_failure(exc)) from None
         self._active += 1  # counted, so that a shutdown waits for the trailers
         try:
-            await stream.send_message(_SERVING if service in ("", SERVICE) else _SERVICE_UNKNOWN)
+            await stream.send_message(status)
             if not self.state.closing:
                 watcher: asyncio.Future[None] = asyncio.get_running_loop().create_future()
                 self._watchers.add(watcher)
@@ -333,3 +225,8 @@ class QueueService:
             await stream.send_trailing_metadata()
         finally:
             self._call_ended()
+
+
+def _grpc_error(exc: RpcError) -> GRPCError:
+    """The state's :class:`RpcError` as grpclib's ``GRPCError``."""
+    return GRPCError(Status(exc.code.value), exc.message)

@@ -1,0 +1,51 @@
+"""Shared fixtures.
+
+Wire-facing client tests run over both client transports: the default one
+(``SeppClient.connect``) and a grpclib ``Channel`` wrapped by ``SeppClient.from_channel``.
+A module opts in with ``pytestmark = pytest.mark.both_transports``; then each of its
+tests that makes its client with ``client_helpers.connected()`` runs once per transport
+(ids ``[connect]`` and ``[from_channel]``), except those marked ``connect_only``: they
+pass options only ``connect()`` takes (an API key, TLS, keepalive, a receive limit), test
+the default transport's own behaviour (its reconnect backoff), or test what lies above
+the transport (the retry decision's many cases).
+Tests that call ``SeppClient.connect`` themselves are about connecting and run once.
+"""
+
+from __future__ import annotations
+
+from types import CodeType
+from typing import Any
+
+import pytest
+
+from tests import client_helpers
+
+
+def _names_used(code: CodeType) -> set[str]:
+    """Global names a function's code (nested functions included) refers to."""
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, CodeType):
+            names |= _names_used(const)
+    return names
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    definition = metafunc.definition
+    if definition.get_closest_marker("both_transports") is None:
+        return
+    if definition.get_closest_marker("connect_only") is not None:
+        return
+    if "connected" not in _names_used(metafunc.function.__code__):
+        return
+    metafunc.parametrize("client_transport", client_helpers.TRANSPORTS, indirect=True)
+
+
+@pytest.fixture(autouse=True)
+def client_transport(request: pytest.FixtureRequest) -> Any:
+    """The transport ``connected()`` uses in this test ("connect" unless the test was
+    parametrized over both)."""
+    name = getattr(request, "param", "connect")
+    if name != "connect":
+        request.getfixturevalue("monkeypatch").setattr(client_helpers, "transport", name)
+    return name
