@@ -232,7 +232,7 @@ def reserve_reply(*records: srv.JobRecord, attempt: int = 1, lease_s: float = 30
     return srv.encode_reserve([(record, attempt, expiry) for record in records])
 
 
-def _default_reply(method: str, request: bytes) -> bytes:
+def default_reply(method: str, request: bytes) -> bytes:
     if method == "GetServerInfo":
         return server_info_bytes()
     if method == "EnqueueBatch":
@@ -297,7 +297,7 @@ class ScriptedService:
                 )
             )
             steps = self._scripts.get(method)
-            step: Step = steps.pop(0) if steps else (lambda data: _default_reply(method, data))
+            step: Step = steps.pop(0) if steps else (lambda data: default_reply(method, data))
             if isinstance(step, GRPCError):
                 raise step
             if isinstance(step, Hang):
