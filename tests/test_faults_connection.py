@@ -32,6 +32,7 @@ from tests.client_helpers import (
     free_port,
     hand_ctx,
     job,
+    once_reconnected,
     opts,
     sepp_server,
     server_info_bytes,
@@ -193,7 +194,8 @@ async def test_refused_connections_fail_fast_at_connect_and_on_calls() -> None:
         assert isinstance(result, TransportError) and result.code is Status.UNAVAILABLE
         assert 0.45 < took < 0.8
         await server.start()
-        assert (await retrying.get_server_info()).version == "0.1.0"
+        # The next attempt waits out the reconnect backoff (about 1 s, then growing).
+        assert (await once_reconnected(retrying.get_server_info)).version == "0.1.0"
 
 
 async def test_a_name_that_does_not_resolve_fails_fast_and_says_so(

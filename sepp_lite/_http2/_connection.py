@@ -186,6 +186,11 @@ class Connection(asyncio.Protocol):
             self._flush()
 
     def eof_received(self) -> bool:
+        if self._buf and self.state is not ConnectionState.CONNECTING:
+            # The peer half-closed inside a frame: it can still read why we give up.
+            self._fail_connection(
+                f.PROTOCOL_ERROR, "the server closed the connection in the middle of a frame"
+            )
         return False  # close our side too: a unary client has nothing more to say
 
     def connection_lost(self, exc: Optional[BaseException]) -> None:
