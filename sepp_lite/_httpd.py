@@ -79,7 +79,9 @@ def _plain(status: int, text: str) -> Response:
 class HttpServer:
     """Serves ``routes`` (path -> :data:`Route`) on the loop it is started on."""
 
-    def __init__(self, routes: Mapping[str, Route], *, read_timeout: float = READ_TIMEOUT_S) -> None:
+    def __init__(
+        self, routes: Mapping[str, Route], *, read_timeout: float = READ_TIMEOUT_S
+    ) -> None:
         self._routes = dict(routes)
         self._read_timeout = read_timeout
         self._server: Optional[asyncio.AbstractServer] = None

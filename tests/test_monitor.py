@@ -150,7 +150,7 @@ async def test_livez_503_with_the_lag_while_a_handler_blocks_the_loop(
     @worker.handler("block")
     async def block(payload: Optional[sepp.Payload], ctx: sepp.JobCtx) -> None:
         blocking.set()
-        time.sleep(3)  # the mistake /livez is there to catch
+        time.sleep(3)  # noqa: ASYNC251 (the mistake /livez is there to catch)
 
     def probe_while_blocked(url: str) -> tuple[float, str, int]:
         assert blocking.wait(20)
