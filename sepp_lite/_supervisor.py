@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import os
 import shutil
 import signal
@@ -48,7 +49,7 @@ from sepp_lite.monitor import BEAT_S, Check, WorkerMonitor, health_routes
 from sepp_lite.shutdown import ShutdownHandle
 from sepp_lite.worker import Worker
 
-__all__ = ["Supervisor", "available_cpus", "process_count", "run_supervised"]
+__all__ = ["Supervisor", "available_cpus", "cgroup_cpu_quota", "process_count", "run_supervised"]
 
 logger = logging.getLogger("sepp_lite.supervisor")
 
@@ -66,11 +67,52 @@ EXIT_HARD = 1
 _CLEAN_STOPS = (0, -signal.SIGTERM, -signal.SIGINT)
 
 
-def available_cpus() -> int:
-    """The CPUs this process may run on (its affinity where the OS tells it)."""
+def available_cpus(
+    cgroup_root: str = "/sys/fs/cgroup", self_cgroup: str = "/proc/self/cgroup"
+) -> int:
+    """The CPUs this process may use: its affinity where the OS tells it, and no more
+    than its cgroup's CPU quota allows, rounded up (a container limited to 2 CPUs on a
+    32-CPU node sees 32 in its affinity)."""
     if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1
+        count = len(os.sched_getaffinity(0))
+    else:
+        count = os.cpu_count() or 1
+    quota = cgroup_cpu_quota(cgroup_root, self_cgroup)
+    if quota is not None:
+        count = min(count, math.ceil(quota))
+    return max(1, count)
+
+
+def cgroup_cpu_quota(cgroup_root: str, self_cgroup: str) -> Optional[float]:
+    """CPUs the process's cgroup quota allows (cgroup v2 ``cpu.max``, else v1's CFS
+    quota), or None when unlimited or unknown."""
+    paths: dict[str, str] = {}  # controller ("" for v2) -> the cgroup's path
+    try:
+        with open(self_cgroup) as fh:
+            for line in fh:
+                fields = line.rstrip("\n").split(":", 2)
+                for controller in fields[1].split(",") if len(fields) == 3 else ():
+                    paths[controller] = fields[2]
+    except OSError:
+        pass
+    v2 = os.path.join(cgroup_root, paths.get("", "/").lstrip("/"), "cpu.max")
+    v1 = os.path.join(cgroup_root, "cpu", paths.get("cpu", "/").lstrip("/"))
+    try:
+        quota, period = _read_words(v2)[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota = _read_words(os.path.join(v1, "cpu.cfs_quota_us"))[0]
+        period = _read_words(os.path.join(v1, "cpu.cfs_period_us"))[0]
+        return None if int(quota) <= 0 else int(quota) / int(period)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _read_words(path: str) -> list[str]:
+    with open(path) as fh:
+        return fh.read().split()
 
 
 def process_count(text: str) -> int:

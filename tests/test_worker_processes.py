@@ -21,7 +21,7 @@ from typing import Optional
 import pytest
 
 import sepp_lite as sepp
-from sepp_lite._supervisor import available_cpus, process_count
+from sepp_lite._supervisor import available_cpus, cgroup_cpu_quota, process_count
 from sepp_lite.cli import main
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import unique_queue
@@ -424,11 +424,34 @@ def test_process_counts() -> None:
     assert process_count("3") == 3
     assert process_count("auto") == process_count("0") == available_cpus()
     if hasattr(os, "sched_getaffinity"):
-        assert available_cpus() == len(os.sched_getaffinity(0))
+        assert 1 <= available_cpus() <= len(os.sched_getaffinity(0))
     with pytest.raises(ValueError):
         process_count("-1")
     with pytest.raises(ValueError):
         process_count("many")
+
+
+def test_a_cgroup_cpu_quota_caps_the_count(tmp_path: Path) -> None:
+    """In a container the affinity shows the node's CPUs; the quota is what it gets."""
+    own = tmp_path / "self-cgroup"
+    own.write_text("0::/kubepods/pod1/c1\n")
+    v2 = tmp_path / "v2"
+    (v2 / "kubepods/pod1/c1").mkdir(parents=True)
+    (v2 / "kubepods/pod1/c1/cpu.max").write_text("150000 100000\n")
+    assert cgroup_cpu_quota(str(v2), str(own)) == 1.5
+    assert available_cpus(str(v2), str(own)) == min(2, available_cpus())
+    (v2 / "kubepods/pod1/c1/cpu.max").write_text("max 100000\n")
+    assert cgroup_cpu_quota(str(v2), str(own)) is None
+    own.write_text("5:memory:/x\n4:cpu,cpuacct:/\n")
+    v1 = tmp_path / "v1"
+    (v1 / "cpu").mkdir(parents=True)
+    (v1 / "cpu/cpu.cfs_quota_us").write_text("100000\n")
+    (v1 / "cpu/cpu.cfs_period_us").write_text("100000\n")
+    assert cgroup_cpu_quota(str(v1), str(own)) == 1.0
+    assert available_cpus(str(v1), str(own)) == 1
+    (v1 / "cpu/cpu.cfs_quota_us").write_text("-1\n")
+    assert cgroup_cpu_quota(str(v1), str(own)) is None
+    assert cgroup_cpu_quota(str(tmp_path / "none"), str(tmp_path / "none")) is None
 
 
 @pytest.mark.parametrize(
