@@ -98,31 +98,61 @@ def _instruments() -> _Instruments:
     )
 
 
+class _JobSeries(NamedTuple):
+    """The labelled series of one (queue, job_type), looked up once."""
+
+    started: Any
+    processed: Any
+    retried: Any
+    dead_lettered: Any
+    duration: Any
+
+
 class PrometheusObserver(WorkerObserver):
     """Counts a Worker's events into the process's Prometheus metrics."""
 
     def __init__(self) -> None:
         self._m = _instruments()
+        # labels() takes a lock and builds a key each time: keep the series per job kind.
+        self._series: dict[tuple[str, str], _JobSeries] = {}
+        self._reserves = {
+            True: self._m.reserves.labels("empty"),
+            False: self._m.reserves.labels("some"),
+        }
+
+    def _of(self, ctx: JobCtx) -> _JobSeries:
+        key = (ctx.queue, ctx.job_type)
+        series = self._series.get(key)
+        if series is None:
+            m = self._m
+            series = self._series[key] = _JobSeries(
+                m.started.labels(*key),
+                m.processed.labels(*key),
+                m.nacked.labels(*key, "retry"),
+                m.nacked.labels(*key, "dead_letter"),
+                m.duration.labels(*key),
+            )
+        return series
 
     def reserve_completed(self, empty: bool) -> None:
-        self._m.reserves.labels("empty" if empty else "some").inc()
+        self._reserves[empty].inc()
 
     def reserve_failed(self, error: BaseException) -> None:
         self._m.reserve_failures.labels(type(error).__name__).inc()
 
     def job_started(self, ctx: JobCtx) -> None:
-        self._m.started.labels(ctx.queue, ctx.job_type).inc()
+        self._of(ctx).started.inc()
         self._m.in_flight.inc()
 
     def job_handled(self, ctx: JobCtx, seconds: float) -> None:
-        self._m.duration.labels(ctx.queue, ctx.job_type).observe(seconds)
+        self._of(ctx).duration.observe(seconds)
 
     def job_acked(self, ctx: JobCtx) -> None:
-        self._m.processed.labels(ctx.queue, ctx.job_type).inc()
+        self._of(ctx).processed.inc()
 
     def job_nacked(self, ctx: JobCtx, dead_lettered: bool) -> None:
-        outcome = "dead_letter" if dead_lettered else "retry"
-        self._m.nacked.labels(ctx.queue, ctx.job_type, outcome).inc()
+        series = self._of(ctx)
+        (series.dead_lettered if dead_lettered else series.retried).inc()
 
     def job_finished(self, ctx: JobCtx) -> None:
         self._m.in_flight.dec()

@@ -332,9 +332,7 @@ class Supervisor:
             return
         child.last_beat = time.monotonic()
         child.ready, child.detail = ready, detail
-        if ready:
-            child.ever_ready = True
-            child.startup_failures = 0
+        child.ever_ready = child.ever_ready or ready
 
     def _child_env(self) -> dict[str, str]:
         env = dict(os.environ)

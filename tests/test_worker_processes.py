@@ -16,7 +16,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 import pytest
 
@@ -210,6 +210,18 @@ async def server() -> AsyncIterator[SeppTestServer]:
         yield srv
 
 
+async def metrics_once(url: str, done: Callable[[str], bool], timeout: float = 20.0) -> str:
+    """Scrape ``url``/metrics until ``done(exposition)`` (counters only grow)."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while True:
+        answer = await get(url + "/metrics")
+        assert answer.status == 200, answer
+        if done(answer.body) or loop.time() > end:
+            return answer.body
+        await asyncio.sleep(0.05)
+
+
 def assert_clean(text: str) -> None:
     assert "Traceback" not in text, text
 
@@ -224,8 +236,9 @@ async def test_two_processes_share_a_batch_and_one_metrics_endpoint_counts_it(
     async with sepp_lite(*argv, "--http", "127.0.0.1:0") as supervisor:
         url = await supervisor.url()
         await until(lambda: server.counts(queue) == (0, 0, 0, 0), timeout=60)
-        answer = await wait_for_status(url + "/metrics", 200)
-        text = answer.body
+        # A child counts a job once its ack or nack is answered, just after the server
+        # applied it: the last counts may come a moment after the queue is empty.
+        text = await metrics_once(url, lambda text: samples(text, "sepp_jobs_nacked_total") == 4)
         # Both children answered the scrape through the supervisor's one endpoint.
         assert samples(text, "sepp_jobs_processed_total", queue=queue, job_type="work") == 60
         assert samples(text, "sepp_jobs_started_total", queue=queue) == 64
@@ -364,7 +377,9 @@ async def test_single_process_endpoints_follow_the_server_and_a_blocked_loop(
         answer = await wait_for_status(url + "/livez", 503)
         assert answer.body.startswith("not live: the event loop is blocked: lag ")
         await wait_for_status(url + "/livez", 200)
-        metrics = (await get(url + "/metrics")).body
+        metrics = await metrics_once(
+            url, lambda text: samples(text, "sepp_jobs_processed_total", queue=queue) == 1
+        )
         assert samples(metrics, "sepp_jobs_processed_total", queue=queue, job_type="block") == 1
         worker.proc.send_signal(signal.SIGTERM)
         assert await worker.exit_code() == 0, worker.text
