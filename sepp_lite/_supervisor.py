@@ -11,14 +11,16 @@ lets the supervisor wait for them on its event loop, and it behaves the same on 
 
 The supervisor restarts a child that exits non-zero, after a delay that doubles with
 each consecutive crash (from 0.25 s up to 30 s; a child that ran 10 s resets it), and
-gives up (stopping the others gracefully, exiting non-zero) when one keeps dying
-before it ever became ready. A child that exits 0 (``--until-idle``, or a handler
-that shut its worker down) is done. The first SIGTERM/SIGINT is passed on to every
-child as SIGTERM (each drains as a single worker does) and the supervisor exits 0
-once all have; a second one kills them (SIGKILL) and exits 1. Children treat every
-signal after the first as the same graceful stop, so a signal sent to the whole
-process group (Ctrl-C in a terminal, systemd's default KillMode) is not a hard stop.
-A child whose status pipe breaks (the supervisor died) shuts down gracefully too.
+gives up (stopping the others gracefully, exiting non-zero) when one dies at start-up
+5 times in a row (within 10 s of starting, or before it ever became ready). A child
+that exits 0 (``--until-idle``, or a handler that shut its worker down) is done.
+
+The first SIGTERM/SIGINT is passed on to every child as SIGTERM (each drains as a single
+worker does) and the supervisor exits 0 once all have; a second one kills them (SIGKILL)
+and exits 1. Children treat every signal after the first as the same graceful stop, so a
+signal sent to the whole process group (Ctrl-C in a terminal, systemd's default
+KillMode) is not a hard stop. A child whose status pipe breaks (the supervisor died)
+shuts down gracefully too.
 
 With ``--http``, the supervisor serves the endpoints for all of them: ``/livez``
 and ``/readyz`` from the children's heartbeats, ``/metrics`` from prometheus-client's
@@ -56,8 +58,8 @@ logger = logging.getLogger("sepp_lite.supervisor")
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"  # prometheus-client's multiprocess mode
 RESTART_DELAY_S = 0.25
 RESTART_DELAY_MAX_S = 30.0
-STABLE_AFTER_S = 10.0  # a child that ran this long resets the restart delay
-STARTUP_FAILURE_LIMIT = 5  # consecutive exits before ever being ready
+STABLE_AFTER_S = 10.0  # a child that ran this long (and became ready) is past its start-up
+STARTUP_FAILURE_LIMIT = 5  # consecutive exits at start-up before giving up
 STATUS_LINE_LIMIT = 4096
 PIPE_DRAIN_S = 1.0  # after a child exits, how long its status pipe may stay open
 KILL_WAIT_S = 10.0
@@ -245,14 +247,16 @@ class Supervisor:
 
     def _after_crash(self, child: _Child, code: int) -> Optional[float]:
         """Count the crash; the delay before the next start, or None to give up."""
-        ran = time.monotonic() - child.started_at
-        child.crashes = 1 if ran >= STABLE_AFTER_S else child.crashes + 1
-        child.startup_failures = 0 if child.ever_ready else child.startup_failures + 1
+        stable = time.monotonic() - child.started_at >= STABLE_AFTER_S
+        child.crashes = 1 if stable else child.crashes + 1
+        # Dying young counts even after a moment of readiness: a worker whose first
+        # reserve is refused (strict mode, a wrong key) is ready until it tries.
+        child.startup_failures = 0 if stable and child.ever_ready else child.startup_failures + 1
         how = f"was killed by signal {-code}" if code < 0 else f"exited {code}"
         if child.startup_failures >= STARTUP_FAILURE_LIMIT:
             message = (
-                f"worker process {child.slot} {how} before it became ready, "
-                f"{child.startup_failures} times in a row; giving up (its errors are above)"
+                f"worker process {child.slot} {how} at start-up, {child.startup_failures} times "
+                "in a row; giving up (its errors are above)"
             )
             self._failure = (message, code if code > 0 else 1)
             logger.error("%s", message)

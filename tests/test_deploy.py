@@ -255,18 +255,18 @@ def test_the_image_runs_the_worker_command() -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_the_dockerfile_build_steps_install_a_working_worker(tmp_path: Path) -> None:
+async def test_the_dockerfile_build_steps_install_a_working_worker(tmp_path: Path) -> None:
     """About 20 s: a venv, and sepp-lite[metrics] with its dependencies from PyPI."""
     build = stages()[0]
     assert [word for word, _ in build].count("RUN") == 2
-    BuildStage(tmp_path, {"SEPP_LITE": f"{ROOT}[metrics]"}).run(build)
+    await asyncio.to_thread(BuildStage(tmp_path, {"SEPP_LITE": f"{ROOT}[metrics]"}).run, build)
     venv_bin = tmp_path / "opt" / "venv" / "bin"
     assert (venv_bin / "sepp-lite").exists()
-    check = subprocess.run(
-        [str(venv_bin / "python"), "-c", "import prometheus_client, sepp_lite"], timeout=60
+    check = await asyncio.create_subprocess_exec(
+        str(venv_bin / "python"), "-c", "import prometheus_client, sepp_lite"
     )
-    assert check.returncode == 0  # the metrics extra is in the image
-    asyncio.run(run_the_example_worker(venv_bin / "sepp-lite"))
+    assert await asyncio.wait_for(check.wait(), 60) == 0  # the metrics extra is in the image
+    await run_the_example_worker(venv_bin / "sepp-lite")
 
 
 async def run_the_example_worker(executable: Path) -> None:

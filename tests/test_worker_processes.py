@@ -93,10 +93,13 @@ def children_of(pid: int) -> list[int]:
 
 
 def alive(pid: int) -> bool:
+    """Whether ``pid`` runs (an exited process not yet reaped does not count)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     return True
 
 
@@ -343,6 +346,24 @@ async def test_a_second_signal_kills_the_children_and_exits_1(
     assert server.counts(queue).in_flight == 1  # left to its lease: it comes back
 
 
+async def test_children_of_a_killed_supervisor_shut_down_by_themselves(
+    server: SeppTestServer, tmp_path: Path
+) -> None:
+    queue = unique_queue()
+    [job_id] = await enqueue(server.addr, queue, "hold", data="1")
+    argv = [*app(tmp_path, queue), "--addr", server.addr, "--processes", "2"]
+    async with sepp_lite(*argv) as supervisor:
+        await until(lambda: marks(tmp_path, f"started-{job_id}-1-"), timeout=60)
+        pids = supervisor.note_children()
+        supervisor.proc.kill()
+        await supervisor.exit_code()
+        # Their status pipe broke: each drains (the job finishes) and exits.
+        await until(lambda: not any(alive(pid) for pid in pids), timeout=30)
+    assert marks(tmp_path, f"done-{job_id}-1")
+    assert server.counts(queue) == (0, 0, 0, 0)
+    assert supervisor.text.count("the supervisor is gone: shutting down gracefully") == 2
+
+
 async def test_a_child_that_keeps_dying_at_startup_makes_the_supervisor_give_up(
     server: SeppTestServer, tmp_path: Path
 ) -> None:
@@ -352,7 +373,7 @@ async def test_a_child_that_keeps_dying_at_startup_makes_the_supervisor_give_up(
         assert await supervisor.exit_code(60) == 2, supervisor.text
     assert supervisor.text.count("error: cannot import 'broken'") >= 5
     assert re.fullmatch(
-        r"error: worker process \d exited 2 before it became ready, 5 times in a row; "
+        r"error: worker process \d exited 2 at start-up, 5 times in a row; "
         r"giving up \(its errors are above\)\n",
         supervisor.lines[-1],
     )
