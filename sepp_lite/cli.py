@@ -1460,9 +1460,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = build_parser()
     try:
         args = parser.parse_args(argv)
-        args.argv = list(sys.argv[1:] if argv is None else argv)  # for worker --processes
     except SystemExit as exc:  # --help, --version, or a usage error already printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # worker --processes reruns it
     with _logging_for(args):
         try:
             code: int = asyncio.run(args.handler(args))

@@ -43,7 +43,6 @@ __all__ = [
     "Check",
     "Endpoints",
     "WorkerMonitor",
-    "WorkerObserver",
     "serve_endpoints",
 ]
 
