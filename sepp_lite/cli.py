@@ -535,7 +535,55 @@ def _add_worker(commands: Commands, parents: list[argparse.ArgumentParser]) -> N
         choices=["debug", "info", "warning", "error"],
         help="log level of the messages on stderr (default info)",
     )
+    _add_worker_deployment(parser)
     parser.set_defaults(handler=_cmd_worker)
+
+
+def _processes_arg(text: str) -> int:
+    from sepp_lite._supervisor import process_count
+
+    try:
+        return process_count(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _listen_arg(text: str) -> str:
+    from sepp_lite._httpd import parse_listen_address
+
+    try:
+        parse_listen_address(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _add_worker_deployment(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("running in production")
+    group.add_argument(
+        "--processes",
+        type=_processes_arg,
+        default=1,
+        metavar="N",
+        help="run N worker processes under a supervisor that restarts them (default 1: "
+        "this process only; 0 or auto: one per available CPU)",
+    )
+    group.add_argument(
+        "--http",
+        type=_listen_arg,
+        metavar="ADDR",
+        help="serve /livez, /readyz and /metrics on ADDR, e.g. 127.0.0.1:9464 "
+        "(:9464 for every interface); /metrics needs sepp-lite[metrics]",
+    )
+    group.add_argument(
+        "--max-loop-lag",
+        type=_positive_seconds,
+        default=10.0,
+        metavar="SECONDS",
+        help="/livez fails when a worker's event loop is blocked longer (default 10)",
+    )
+    # A supervised child's status pipe (set by the supervisor, not by hand).
+    group.add_argument("--status-fd", type=int, help=argparse.SUPPRESS)
 
 
 def _add_drain(commands: Commands, parents: list[argparse.ArgumentParser]) -> None:
@@ -1368,6 +1416,8 @@ async def run_worker(worker: Worker, *, until_idle: bool = False) -> int:
 
 
 async def _cmd_worker(args: argparse.Namespace) -> int:
+    if args.processes > 1 and args.status_fd is None:
+        return await _supervise(args)
     target = load_target(args.target, args.app_dir)
     async with contextlib.AsyncExitStack() as stack:
 
@@ -1380,7 +1430,39 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
         # The worker's client is closed too when a factory made its own: the command
         # owns everything that runs for it.
         stack.push_async_callback(worker.client.close)
+        if args.status_fd is not None:
+            from sepp_lite._supervisor import run_supervised
+
+            return await run_supervised(
+                worker, args.status_fd, until_idle=args.until_idle, max_loop_lag=args.max_loop_lag
+            )
+        if args.http:
+            await _serve_endpoints(stack, worker, args)
         return await run_worker(worker, until_idle=args.until_idle)
+
+
+async def _serve_endpoints(
+    stack: contextlib.AsyncExitStack, worker: Worker, args: argparse.Namespace
+) -> None:
+    from sepp_lite.monitor import serve_endpoints
+
+    endpoints = serve_endpoints(worker, args.http, max_loop_lag=args.max_loop_lag)
+    try:
+        await stack.enter_async_context(endpoints)
+    except OSError as exc:
+        raise CliError(f"--http: cannot listen on {args.http}: {exc}") from exc
+
+
+async def _supervise(args: argparse.Namespace) -> int:
+    from sepp_lite._supervisor import Supervisor
+
+    supervisor = Supervisor(
+        args.argv, args.processes, http=args.http, max_loop_lag=args.max_loop_lag
+    )
+    try:
+        return await supervisor.run()
+    except OSError as exc:
+        raise CliError(f"--http: cannot listen on {args.http}: {exc}") from exc
 
 
 # -- serve and demo -------------------------------------------------------------------
@@ -1458,6 +1540,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help, --version, or a usage error already printed
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # worker --processes reruns it
     with _logging_for(args):
         try:
             code: int = asyncio.run(args.handler(args))

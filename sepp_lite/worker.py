@@ -18,6 +18,7 @@ from datetime import timedelta
 from typing import Any, Callable, Optional, TypeVar
 
 from sepp_lite import _otel
+from sepp_lite._observe import WorkerEvents, WorkerObserver
 from sepp_lite._tasks import TaskSet
 from sepp_lite._time import Duration, as_timedelta, now_ms, seconds_text
 from sepp_lite.client import SeppClient
@@ -209,7 +210,7 @@ class Worker:
             bound = as_timedelta(shutdown_timeout, "shutdown_timeout")
             self._shutdown_timeout = bound.total_seconds()
         self._shutdown = ShutdownHandle()
-        self._metrics = _otel.WorkerMetrics()
+        self._metrics = WorkerEvents()
         self._in_flight = 0
         self._active: set[_Run] = set()
         self._unhandled_types: set[str] = set()
@@ -255,6 +256,11 @@ class Worker:
         """The handle that stops this worker (shareable, e.g. with a signal handler)."""
         return self._shutdown
 
+    def _observe(self, observer: WorkerObserver) -> Callable[[], None]:
+        """Report this worker's events to ``observer`` too (the seam ``sepp_lite.monitor``
+        plugs into); returns the function that detaches it."""
+        return self._metrics.attach(observer)
+
     @property
     def client(self) -> SeppClient:
         """The client this worker reserves and settles jobs with."""
@@ -297,11 +303,17 @@ class Worker:
         if self._running:
             raise RuntimeError("this worker is already running")
         self._running = True
+        self._metrics.run_started()
+        error: BaseException | None = None
         try:
             await self._apply_server_limits()
             await self._run(until_idle)
+        except BaseException as exc:
+            error = exc
+            raise
         finally:
             self._running = False
+            self._metrics.run_finished(error)
 
     async def _run(self, until_idle: bool) -> None:
         permits = asyncio.Semaphore(self._max_in_flight)
@@ -368,7 +380,7 @@ class Worker:
             reserved, stopped = await self._race(self._reserve(limit, until_idle))
         except SeppError as error:
             permits.release()
-            self._metrics.reserve_failed()
+            self._metrics.reserve_failed(error)
             if _is_permanent(error):
                 # The caller reports the refusal itself, once: this line only explains
                 # the drain that comes first.
@@ -410,12 +422,12 @@ class Worker:
         run = _Run(job)
         self._active.add(run)
         self._in_flight += 1
-        self._metrics.in_flight(1)
+        self._metrics.job_started(job.ctx)
 
         def finished(_: asyncio.Task[None]) -> None:
             self._active.discard(run)
             self._in_flight -= 1
-            self._metrics.in_flight(-1)
+            self._metrics.job_finished(job.ctx)
             permits.release()
 
         run.task = jobs.spawn(self._process(run), finished)
@@ -436,10 +448,12 @@ class Worker:
         if handler is None:
             await self._nack_unhandled(ctx)
             return
+        started = time.monotonic()
         if self._auto_extend:
             outcome = await self._handle_with_keeper(run, handler)
         else:
             outcome = await self._handle(run, handler)
+        self._metrics.job_handled(ctx, time.monotonic() - started)
         reason = _unsettled_reason(run, outcome)
         if reason is not None:
             # Another delivery may own the job now: settling it could ack someone
@@ -509,6 +523,7 @@ class Worker:
                 return
             try:
                 await lease.extend(extend_by)
+                self._metrics.lease_extended(run.job.ctx, "extended")
                 continue
             except (AttemptMismatchError, JobNotFoundError) as error:
                 if lease.released:
@@ -521,10 +536,12 @@ class Worker:
                     logger.warning(
                         "job %s: lease extension failed (%s); will retry", run.job.ctx.id, error
                     )
+                    self._metrics.lease_extended(run.job.ctx, "failed")
                     continue
                 logger.error(
                     "job %s: lease expired (%s); cancelling its handler", run.job.ctx.id, error
                 )
+            self._metrics.lease_extended(run.job.ctx, "lost")
             run.lease_lost = True
             lease.released = True
             handler_task.cancel()
@@ -536,7 +553,7 @@ class Worker:
         try:
             if outcome is None:
                 await client.ack(ctx)
-                self._metrics.processed()
+                self._metrics.job_acked(ctx)
                 return
             if isinstance(outcome, HandlerError):
                 # A retry the handler asked for is the plan working, not a warning; a job
@@ -555,7 +572,7 @@ class Worker:
                 )
                 directive = RetryDirective.DEFAULT
                 reason = f"handler raised {type(outcome).__name__}: {outcome}"
-            self._metrics.nacked(await client.nack(ctx, directive, reason))
+            self._metrics.job_nacked(ctx, await client.nack(ctx, directive, reason))
         except LeaseError as error:
             logger.error(
                 "job %s: %s (the lease lapsed and the job went back to the queue, or a retried "
@@ -639,10 +656,12 @@ class Worker:
                 return
             try:
                 await lease.extend(self._opts.lease_duration)
+                self._metrics.lease_extended(run.job.ctx, "extended")
             except SeppError as error:
                 logger.warning(
                     "job %s: lease extension at shutdown failed: %s", run.job.ctx.id, error
                 )
+                self._metrics.lease_extended(run.job.ctx, "failed")
 
         holding = [run for run in self._active if not (run.settling or _released(run.job.ctx))]
         await asyncio.gather(*(extend(run) for run in holding))
