@@ -183,8 +183,8 @@ class WorkerMonitor(WorkerObserver):
 
     def _count_reconnects(self) -> None:
         # SeppClient.connections_opened: 1 after connect, +1 per new connection.
-        opened = getattr(self._worker.client, "connections_opened", None)
-        if self._metrics is None or not isinstance(opened, int):
+        opened = self._worker.client.connections_opened
+        if self._metrics is None:
             return
         if opened > self._connections_seen:
             self._metrics.reconnected(opened - self._connections_seen)
