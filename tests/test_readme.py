@@ -410,7 +410,8 @@ def test_the_sections_a_user_looks_for_are_there() -> None:
     # `pip install sepp-lite` is not a command to run yet: no index serves it. Only the
     # prose may name it, as what comes once it is published.
     assert not [b.where for b in BLOCKS if "install sepp-lite" in b.text]
-    assert "Once sepp_lite\nis published on PyPI (not yet), `pip install sepp-lite`" in text
+    prose = " ".join(text.split())
+    assert "Once sepp_lite is published on PyPI (not yet), `pip install sepp-lite`" in prose
 
 
 def test_the_changelog_has_a_versioning_policy_and_this_version() -> None:
