@@ -8,8 +8,9 @@ reported beside the client's. Every client run is a fresh process.
 
 Reported per workload: the median client CPU per job of each client, the ratio of the
 medians, and the median of the per-round ratios (each round runs the two clients back
-to back, so that ratio cancels slow phases of a shared machine best). Results go to
-``bench/results/latest.{md,json}``.
+to back, so that ratio cancels slow phases of a shared machine best). A second table
+compares sepp_lite's blocking client (``sepp_lite.sync``) with its async one the same
+way. Results go to ``bench/results/latest.{md,json}``.
 
     python bench/run.py [--rounds 5] [--jobs 3000] [--workloads batch,worker] [--no-pypy]
 """
@@ -41,6 +42,10 @@ LABELS = {
     "small_call": "get_server_info in sequence, CPU per call",
 }
 GOALS = {"batch": 1.0, "reserve_ack": 1.0, "worker": 1.0, "small_call_p50": 1.3}
+# The blocking client against the async one, both sepp_lite on the same interpreter.
+SYNC_WORKLOADS = ["enqueue1"]
+SYNC_LABELS = {"enqueue1": "enqueue one job at a time, CPU per job"}
+SYNC_GOAL = 1.3
 
 
 # Installed packages have their bytecode compiled (pip does it); a caller's
@@ -126,19 +131,62 @@ def run_client(
     return result
 
 
+def alternate(
+    server: Server,
+    contenders: dict[str, tuple[Path, str]],
+    workload: str,
+    rounds: int,
+    jobs: int,
+    skip: int = 0,
+) -> dict[str, list[dict[str, Any]]]:
+    """Runs of every contender (an interpreter and a ``--client`` of workloads.py)
+    against ``server``, the order flipped every round so that all see the same
+    machine."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for index in range(rounds):
+        for name in names if index % 2 == 0 else names[::-1]:
+            python, client = contenders[name]
+            runs[name].append(run_client(python, client, workload, jobs, server, skip))
+    return runs
+
+
 def compare(
     python: Path, server_python: Path, workload: str, rounds: int, jobs: int
 ) -> dict[str, Any]:
     server = Server(server_python)
-    runs: dict[str, list[dict[str, Any]]] = {"sepp_lite": [], "sepp": []}
     try:
-        for index in range(rounds):
-            order = ["sepp_lite", "sepp"] if index % 2 == 0 else ["sepp", "sepp_lite"]
-            for client in order:
-                runs[client].append(run_client(python, client, workload, jobs, server))
+        contenders = {"sepp_lite": (python, "sepp_lite"), "sepp": (python, "sepp")}
+        runs = alternate(server, contenders, workload, rounds, jobs)
     finally:
         server.stop()
     return summarize(workload, runs)
+
+
+def sync_comparison(python: Path, workload: str, rounds: int, jobs: int) -> dict[str, Any]:
+    """sepp_lite's blocking client against its async client, CPU per job."""
+    server = Server(python)
+    try:
+        contenders = {"sync": (python, "sepp_lite.sync"), "async": (python, "sepp_lite")}
+        runs = alternate(server, contenders, workload, rounds, jobs)
+    finally:
+        server.stop()
+    sync, async_ = runs["sync"], runs["async"]
+    ratios = [a["cpu_us_per_job"] / b["cpu_us_per_job"] for a, b in zip(sync, async_)]
+    return {
+        "workload": workload,
+        "sync_cpu_us": _median(sync, "cpu_us_per_job"),
+        "async_cpu_us": _median(async_, "cpu_us_per_job"),
+        "pair_ratio_median": statistics.median(ratios),
+        "pair_ratios": ratios,
+        "server_cpu_share": _server_share(sync + async_),
+        "runs": runs,
+    }
+
+
+def _server_share(runs: list[dict[str, Any]]) -> float:
+    """Server CPU seconds per wall second of a client run, the median over ``runs``."""
+    return statistics.median(r["server_cpu_s"] / max(r["run_wall_s"], 1e-9) for r in runs)
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float:
@@ -154,9 +202,7 @@ def summarize(workload: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str,
         "sepp_cpu_us": _median(official, "cpu_us_per_job"),
         "pair_ratio_median": statistics.median(pair_ratios),
         "pair_ratios": pair_ratios,
-        "server_cpu_share": statistics.median(
-            r["server_cpu_s"] / max(r["run_wall_s"], 1e-9) for r in lite + official
-        ),
+        "server_cpu_share": _server_share(lite + official),
         "sepp_lite_rss_kib": _median(lite, "rss_kib"),
         "sepp_rss_kib": _median(official, "rss_kib"),
         "runs": runs,
@@ -183,16 +229,10 @@ def pypy_comparison(
     reported: on two cores a server near one core competes with the client)."""
     jobs = PYPY_JOBS[workload]
     server = Server(server_python)
-    runs: dict[str, list[dict[str, Any]]] = {"pypy": [], "cpython": []}
     try:
         run_client(pypy, "sepp_lite", workload, jobs // 4, server)  # warm the server up
-        for index in range(rounds):
-            order = ["pypy", "cpython"] if index % 2 == 0 else ["cpython", "pypy"]
-            for name in order:
-                python = pypy if name == "pypy" else cpython
-                runs[name].append(
-                    run_client(python, "sepp_lite", workload, jobs, server, jobs // 2)
-                )
+        contenders = {"pypy": (pypy, "sepp_lite"), "cpython": (cpython, "sepp_lite")}
+        runs = alternate(server, contenders, workload, rounds, jobs, jobs // 2)
     finally:
         server.stop()
     speedups = [
@@ -205,9 +245,7 @@ def pypy_comparison(
         "pypy_jobs_per_cpu_s": _median(runs["pypy"], "jobs_per_cpu_s"),
         "cpython_jobs_per_cpu_s": _median(runs["cpython"], "jobs_per_cpu_s"),
         "speedup_pair_median": statistics.median(speedups),
-        "server_cpu_share": statistics.median(
-            r["server_cpu_s"] / max(r["run_wall_s"], 1e-9) for r in runs["pypy"] + runs["cpython"]
-        ),
+        "server_cpu_share": _server_share(runs["pypy"] + runs["cpython"]),
         "runs": runs,
     }
 
@@ -359,6 +397,30 @@ def _pypy_rows(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _sync_rows(report: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "sepp_lite's blocking client (`sepp_lite.sync`) against its async client, same "
+        "interpreter, same server, alternating:",
+        "",
+        _row("workload", "sync µs", "async µs", "sync / async (median of pairs)", "goal",
+             "server CPU share"),
+        _row("---", "---:", "---:", "---:", "---:", "---:"),
+    ]  # fmt: skip
+    for workload, row in report["sync"].items():
+        lines.append(
+            _row(
+                SYNC_LABELS[workload],
+                f"{row['sync_cpu_us']:.1f}",
+                f"{row['async_cpu_us']:.1f}",
+                f"{row['pair_ratio_median']:.2f}×",
+                f"≤ {SYNC_GOAL:.1f}×",
+                f"{row['server_cpu_share']:.2f}",
+            )
+        )
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     info = report["machine"]
     lines = [
@@ -379,6 +441,8 @@ def markdown(report: dict[str, Any]) -> str:
     ]
     lines += [r for row in report["workloads"] if row["workload"] == "small_call"
               for r in _latency_rows(row)]  # fmt: skip
+    if report.get("sync"):
+        lines += _sync_rows(report)
     if report.get("footprint"):
         lines += _footprint_rows(report["footprint"])
     if report.get("pypy"):
@@ -415,6 +479,7 @@ def main() -> int:
     parser.add_argument("--no-pypy", action="store_true")
     parser.add_argument("--no-footprint", action="store_true")
     parser.add_argument("--no-compare", action="store_true", help="skip sepp-py comparisons")
+    parser.add_argument("--no-sync", action="store_true", help="skip the blocking client's")
     parser.add_argument(
         "--pypy-server", choices=["cpython", "pypy"], default="cpython",
         help="the interpreter of the server in the PyPy comparison",
@@ -437,6 +502,14 @@ def main() -> int:
             f"   sepp_lite {lite:.1f} us, sepp-py {official:.1f} us, ratio {ratio:.2f}", flush=True
         )
         report["workloads"].append(row)
+    if not args.no_sync:
+        report["sync"] = {}
+        for workload in SYNC_WORKLOADS:
+            print(f"== sync: {workload}", flush=True)
+            row = report["sync"][workload] = sync_comparison(
+                python, workload, args.rounds, args.jobs
+            )
+            print(f"   sync / async {row['pair_ratio_median']:.2f}", flush=True)
     if not args.no_footprint:
         print("== footprint", flush=True)
         report["footprint"] = footprint(python, python)
