@@ -138,7 +138,7 @@ def test_every_rpc_blocks_and_returns_the_async_clients_values(server: SeppServe
         assert client.server_info is None
         info = client.get_server_info()
         assert isinstance(info, sepp_lite.ServerInfo) and client.server_info == info
-        ack = client.enqueue(job(queue, payload=Payload(b"one", "text/plain")))
+        ack = client.enqueue(job(queue, payload=Payload(b"one", "text/plain"), priority=9))
         assert isinstance(ack, EnqueueAck)
         batch = client.enqueue_batch([job(queue), job(queue)])
         atomic = client.enqueue_atomic([job(queue)])
