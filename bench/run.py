@@ -117,6 +117,12 @@ class Server:
         self.proc.terminate()
         self.proc.wait(10)
 
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 def run_client(
     python: Path, client: str, workload: str, jobs: int, server: Server, skip: int = 0
@@ -154,23 +160,17 @@ def alternate(
 def compare(
     python: Path, server_python: Path, workload: str, rounds: int, jobs: int
 ) -> dict[str, Any]:
-    server = Server(server_python)
-    try:
-        contenders = {"sepp_lite": (python, "sepp_lite"), "sepp": (python, "sepp")}
+    contenders = {"sepp_lite": (python, "sepp_lite"), "sepp": (python, "sepp")}
+    with Server(server_python) as server:
         runs = alternate(server, contenders, workload, rounds, jobs)
-    finally:
-        server.stop()
     return summarize(workload, runs)
 
 
 def sync_comparison(python: Path, workload: str, rounds: int, jobs: int) -> dict[str, Any]:
     """sepp_lite's blocking client against its async client, CPU per job."""
-    server = Server(python)
-    try:
-        contenders = {"sync": (python, "sepp_lite.sync"), "async": (python, "sepp_lite")}
+    contenders = {"sync": (python, "sepp_lite.sync"), "async": (python, "sepp_lite")}
+    with Server(python) as server:
         runs = alternate(server, contenders, workload, rounds, jobs)
-    finally:
-        server.stop()
     sync, async_ = runs["sync"], runs["async"]
     ratios = [a["cpu_us_per_job"] / b["cpu_us_per_job"] for a, b in zip(sync, async_)]
     return {
@@ -228,13 +228,10 @@ def pypy_comparison(
     """Alternate PyPy and CPython clients against one server (its CPU share is
     reported: on two cores a server near one core competes with the client)."""
     jobs = PYPY_JOBS[workload]
-    server = Server(server_python)
-    try:
+    contenders = {"pypy": (pypy, "sepp_lite"), "cpython": (cpython, "sepp_lite")}
+    with Server(server_python) as server:
         run_client(pypy, "sepp_lite", workload, jobs // 4, server)  # warm the server up
-        contenders = {"pypy": (pypy, "sepp_lite"), "cpython": (cpython, "sepp_lite")}
         runs = alternate(server, contenders, workload, rounds, jobs, jobs // 2)
-    finally:
-        server.stop()
     speedups = [
         a["jobs_per_cpu_s"] / b["jobs_per_cpu_s"] for a, b in zip(runs["pypy"], runs["cpython"])
     ]
@@ -436,9 +433,9 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['rounds']} rounds per workload, clients alternating; {report['jobs']} jobs "
         "per run; server in its own process (its CPU share: server CPU seconds per wall "
         "second of a client run, set-up included).",
-        "",
-        *_workload_rows(report),
     ]
+    if report["workloads"]:
+        lines += ["", *_workload_rows(report)]
     lines += [r for row in report["workloads"] if row["workload"] == "small_call"
               for r in _latency_rows(row)]  # fmt: skip
     if report.get("sync"):
@@ -451,13 +448,10 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def footprint(python: Path, server_python: Path) -> dict[str, Any]:
-    server = Server(server_python)
-    try:
+    with Server(server_python) as server:
         rss = {
             c: run_client(python, c, "connect", 0, server)["rss_kib"] for c in ("sepp_lite", "sepp")
         }
-    finally:
-        server.stop()
     lite_size, lite_dists = installed_mib(sys.executable, str(ROOT))
     seppy_size, seppy_dists = installed_mib(sys.executable, "sepp-py==0.1.0")
     return {
