@@ -105,7 +105,10 @@ def sepp_clock(request: pytest.FixtureRequest) -> ServerClock:
         pytest.skip(f"needs the manual clock (sepp_clock) of the in-process server; {addr} is used")
     server: SeppServerThread = request.getfixturevalue("sepp_server")
     if not server.clock.manual:
-        raise pytest.UsageError("sepp_clock: a sepp_server marker gave the server another clock")
+        raise pytest.UsageError(
+            "sepp_clock: the test's server has another clock (given by a sepp_server marker, "
+            "or the server was made before sepp_clock was asked for)"
+        )
     return server.clock
 
 
