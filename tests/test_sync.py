@@ -81,12 +81,21 @@ def until(predicate: Callable[[], object], timeout: float = 10.0) -> None:
 
 
 @contextlib.contextmanager
-def hosted(manager: contextlib.AbstractAsyncContextManager[T]) -> Iterator[tuple[T, LoopThread]]:
-    """Enter an async test helper (a proxy, a restartable server) on a loop thread of
-    its own, for the duration of the block; yields it and that thread."""
+def hosted(
+    make: Callable[[], contextlib.AbstractAsyncContextManager[T]],
+) -> Iterator[tuple[T, LoopThread]]:
+    """Make and enter an async test helper (a proxy, a scripted server) on a loop
+    thread of its own, for the duration of the block; yields it and that thread.
+    Made there, as Python 3.9 binds its asyncio.Events to the constructing thread's
+    loop."""
     portal = LoopThread("test-helper")
+
+    async def enter() -> tuple[contextlib.AbstractAsyncContextManager[T], T]:
+        manager = make()
+        return manager, await manager.__aenter__()
+
     try:
-        value = portal.run(manager.__aenter__())
+        manager, value = portal.run(enter())
         try:
             yield value, portal
         finally:
@@ -189,7 +198,7 @@ def test_errors_are_the_async_clients_classes() -> None:
 
 
 def test_a_stalled_call_ends_at_the_async_clients_deadline(server: SeppServerThread) -> None:
-    with hosted(FreezableProxy(server.server.host, server.server.port)) as (proxy, helper):
+    with hosted(lambda: FreezableProxy(server.server.host, server.server.port)) as (proxy, helper):
         with SeppClient.connect(proxy.addr, rpc_timeout=0.5) as client:
             client.get_server_info()
             helper.loop.call_soon_threadsafe(proxy.freeze)
@@ -206,7 +215,7 @@ def test_retries_follow_the_policy_and_failures_match_the_async_client() -> None
     queue = unique_queue("retry")
     busy = [GRPCError(Status.UNAVAILABLE, "busy"), GRPCError(Status.UNAVAILABLE, "busy")]
     patient = RetryPolicy(max_attempts=3, initial_backoff=0.01, max_backoff=0.02)
-    with hosted(ScriptedServer()) as (scripted, helper):
+    with hosted(ScriptedServer) as (scripted, helper):
         native = helper.run(sepp_lite.SeppClient.connect(scripted.addr))
         try:
             on_loop(helper, lambda: scripted.script("EnqueueBatch", *busy))
@@ -229,7 +238,7 @@ def test_between_calls_the_loop_keeps_the_connection_alive(server: SeppServerThr
     # The loop thread runs while the caller does something else: a frozen peer is
     # found by the keepalive pings (so the next call reconnects at once) rather
     # than by the next call's deadline.
-    with hosted(FreezableProxy(server.server.host, server.server.port)) as (proxy, helper):
+    with hosted(lambda: FreezableProxy(server.server.host, server.server.port)) as (proxy, helper):
         options: dict[str, Any] = {"keepalive_time": 0.2, "keepalive_timeout": 0.2}
         with SeppClient.connect(proxy.addr, rpc_timeout=30, **options) as client:
             client.get_server_info()
