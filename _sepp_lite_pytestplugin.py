@@ -74,6 +74,10 @@ def _external_addr(config: pytest.Config) -> Optional[str]:
     return addr
 
 
+def _needs_in_process(fixture: str, addr: str) -> str:
+    return f"{fixture} needs the in-process sepp server; this run uses --sepp-addr {addr}"
+
+
 @pytest.fixture
 def sepp_server(request: pytest.FixtureRequest) -> Iterator[SeppServerThread]:
     """A fresh in-process sepp server on 127.0.0.1, serving from a thread of its own
@@ -83,7 +87,7 @@ def sepp_server(request: pytest.FixtureRequest) -> Iterator[SeppServerThread]:
     ``--sepp-addr``."""
     addr = _external_addr(request.config)
     if addr is not None:
-        pytest.skip(f"needs the in-process sepp server (sepp_server); this run uses {addr}")
+        pytest.skip(_needs_in_process("sepp_server", addr))
     from sepp_lite.testing import ManualClock, SeppServerThread
 
     options: dict[str, Any] = {}
@@ -102,7 +106,7 @@ def sepp_clock(request: pytest.FixtureRequest) -> ServerClock:
     server's time stand still until advanced. Skipped with ``--sepp-addr``."""
     addr = _external_addr(request.config)
     if addr is not None:
-        pytest.skip(f"needs the manual clock (sepp_clock) of the in-process server; {addr} is used")
+        pytest.skip(_needs_in_process("sepp_clock", addr))
     server: SeppServerThread = request.getfixturevalue("sepp_server")
     if not server.clock.manual:
         raise pytest.UsageError(

@@ -210,10 +210,10 @@ def test_sepp_addr_runs_the_same_tests_against_an_external_server(
     result.stdout.fnmatch_lines(
         [
             f"*sepp_lite: the sepp fixtures use the server at {external_server}*",
-            "SKIPPED*needs the in-process sepp server (sepp_server); this run uses "
-            f"{external_server}",
-            f"SKIPPED*needs the manual clock (sepp_clock) of the in-process server; "
-            f"{external_server} is used",
+            "SKIPPED*sepp_server needs the in-process sepp server; this run uses "
+            f"--sepp-addr {external_server}",
+            "SKIPPED*sepp_clock needs the in-process sepp server; this run uses "
+            f"--sepp-addr {external_server}",
         ]
     )
     left, checked = (pytester.path / "queues-used.txt").read_text().split()

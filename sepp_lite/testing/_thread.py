@@ -4,6 +4,7 @@ synchronous tests and for code running on other event loops."""
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Callable, Optional
@@ -116,7 +117,7 @@ class SeppServerThread:
         counts: QueueCounts = self.call(self.server.counts, queue)
         return counts
 
-    def backlog(self, queues: Optional[list[str]] = None) -> Backlog:
+    def backlog(self, queues: Optional[Iterable[str]] = None) -> Backlog:
         """What is left to do on ``queues`` (every queue when ``None``); see
         :meth:`QueueState.backlog`."""
         backlog: Backlog = self.call(self.server.backlog, queues)
