@@ -48,12 +48,12 @@ proto-check: proto
 	test -z "$$(git status --porcelain -- sepp_lite/_proto)"
 
 lint: install
-	$(VENV)/bin/ruff check sepp_lite tests bench
-	$(VENV)/bin/ruff format --check sepp_lite tests bench
+	$(VENV)/bin/ruff check sepp_lite _sepp_lite_pytestplugin.py tests bench
+	$(VENV)/bin/ruff format --check sepp_lite _sepp_lite_pytestplugin.py tests bench
 
 format: install
-	$(VENV)/bin/ruff check --fix sepp_lite tests bench
-	$(VENV)/bin/ruff format sepp_lite tests bench
+	$(VENV)/bin/ruff check --fix sepp_lite _sepp_lite_pytestplugin.py tests bench
+	$(VENV)/bin/ruff format sepp_lite _sepp_lite_pytestplugin.py tests bench
 
 typecheck: install
 	$(VENV)/bin/mypy

@@ -8,8 +8,9 @@ reported beside the client's. Every client run is a fresh process.
 
 Reported per workload: the median client CPU per job of each client, the ratio of the
 medians, and the median of the per-round ratios (each round runs the two clients back
-to back, so that ratio cancels slow phases of a shared machine best). Results go to
-``bench/results/latest.{md,json}``.
+to back, so that ratio cancels slow phases of a shared machine best). A second table
+compares sepp_lite's blocking client (``sepp_lite.sync``) with its async one the same
+way. Results go to ``bench/results/latest.{md,json}``.
 
     python bench/run.py [--rounds 5] [--jobs 3000] [--workloads batch,worker] [--no-pypy]
 """
@@ -45,6 +46,10 @@ GOALS = {"batch": 0.8, "enqueue16": 0.6, "reserve_ack": 0.6, "worker": 0.6, "sma
 P50_GOAL = 0.8
 # PyPy (warmed up): the Worker's CPU per job against sepp-py's on CPython.
 PYPY_WORKER_GOAL = 0.35
+# The blocking client against the async one, both sepp_lite on the same interpreter.
+SYNC_WORKLOADS = ["enqueue1"]
+SYNC_LABELS = {"enqueue1": "enqueue one job at a time, CPU per job"}
+SYNC_GOAL = 1.3
 
 
 # Installed packages have their bytecode compiled (pip does it); a caller's
@@ -116,6 +121,12 @@ class Server:
         self.proc.terminate()
         self.proc.wait(10)
 
+    def __enter__(self) -> Server:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
 
 def run_client(
     python: Path, client: str, workload: str, jobs: int, server: Server, skip: int = 0
@@ -130,19 +141,56 @@ def run_client(
     return result
 
 
+def alternate(
+    server: Server,
+    contenders: dict[str, tuple[Path, str]],
+    workload: str,
+    rounds: int,
+    jobs: int,
+    skip: int = 0,
+) -> dict[str, list[dict[str, Any]]]:
+    """Runs of every contender (an interpreter and a ``--client`` of workloads.py)
+    against ``server``, the order flipped every round so that all see the same
+    machine."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in contenders}
+    names = list(contenders)
+    for index in range(rounds):
+        for name in names if index % 2 == 0 else names[::-1]:
+            python, client = contenders[name]
+            runs[name].append(run_client(python, client, workload, jobs, server, skip))
+    return runs
+
+
 def compare(
     python: Path, server_python: Path, workload: str, rounds: int, jobs: int
 ) -> dict[str, Any]:
-    server = Server(server_python)
-    runs: dict[str, list[dict[str, Any]]] = {"sepp_lite": [], "sepp": []}
-    try:
-        for index in range(rounds):
-            order = ["sepp_lite", "sepp"] if index % 2 == 0 else ["sepp", "sepp_lite"]
-            for client in order:
-                runs[client].append(run_client(python, client, workload, jobs, server))
-    finally:
-        server.stop()
+    contenders = {"sepp_lite": (python, "sepp_lite"), "sepp": (python, "sepp")}
+    with Server(server_python) as server:
+        runs = alternate(server, contenders, workload, rounds, jobs)
     return summarize(workload, runs)
+
+
+def sync_comparison(python: Path, workload: str, rounds: int, jobs: int) -> dict[str, Any]:
+    """sepp_lite's blocking client against its async client, CPU per job."""
+    contenders = {"sync": (python, "sepp_lite.sync"), "async": (python, "sepp_lite")}
+    with Server(python) as server:
+        runs = alternate(server, contenders, workload, rounds, jobs)
+    sync, async_ = runs["sync"], runs["async"]
+    ratios = [a["cpu_us_per_job"] / b["cpu_us_per_job"] for a, b in zip(sync, async_)]
+    return {
+        "workload": workload,
+        "sync_cpu_us": _median(sync, "cpu_us_per_job"),
+        "async_cpu_us": _median(async_, "cpu_us_per_job"),
+        "pair_ratio_median": statistics.median(ratios),
+        "pair_ratios": ratios,
+        "server_cpu_share": _server_share(sync + async_),
+        "runs": runs,
+    }
+
+
+def _server_share(runs: list[dict[str, Any]]) -> float:
+    """Server CPU seconds per wall second of a client run, the median over ``runs``."""
+    return statistics.median(r["server_cpu_s"] / max(r["run_wall_s"], 1e-9) for r in runs)
 
 
 def _median(runs: list[dict[str, Any]], key: str) -> float:
@@ -158,9 +206,7 @@ def summarize(workload: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str,
         "sepp_cpu_us": _median(official, "cpu_us_per_job"),
         "pair_ratio_median": statistics.median(pair_ratios),
         "pair_ratios": pair_ratios,
-        "server_cpu_share": statistics.median(
-            r["server_cpu_s"] / max(r["run_wall_s"], 1e-9) for r in lite + official
-        ),
+        "server_cpu_share": _server_share(lite + official),
         "sepp_lite_rss_kib": _median(lite, "rss_kib"),
         "sepp_rss_kib": _median(official, "rss_kib"),
         "runs": runs,
@@ -187,22 +233,14 @@ def pypy_comparison(
     one server (its CPU share is reported: on two cores a server near one core competes
     with the client)."""
     jobs = PYPY_JOBS[workload]
-    server = Server(server_python)
-    runs: dict[str, list[dict[str, Any]]] = {"pypy": [], "cpython": [], "sepp": []}
-    clients = {
+    contenders = {
         "pypy": (pypy, "sepp_lite"),
         "cpython": (cpython, "sepp_lite"),
         "sepp": (cpython, "sepp"),
     }
-    try:
+    with Server(server_python) as server:
         run_client(pypy, "sepp_lite", workload, jobs // 4, server)  # warm the server up
-        for index in range(rounds):
-            order = list(clients) if index % 2 == 0 else list(reversed(clients))
-            for name in order:
-                python, client = clients[name]
-                runs[name].append(run_client(python, client, workload, jobs, server, jobs // 2))
-    finally:
-        server.stop()
+        runs = alternate(server, contenders, workload, rounds, jobs, jobs // 2)
     speedups = [
         a["jobs_per_cpu_s"] / b["jobs_per_cpu_s"] for a, b in zip(runs["pypy"], runs["cpython"])
     ]
@@ -218,9 +256,7 @@ def pypy_comparison(
         "pypy_jobs_per_cpu_s": _median(runs["pypy"], "jobs_per_cpu_s"),
         "cpython_jobs_per_cpu_s": _median(runs["cpython"], "jobs_per_cpu_s"),
         "speedup_pair_median": statistics.median(speedups),
-        "server_cpu_share": statistics.median(
-            r["server_cpu_s"] / max(r["run_wall_s"], 1e-9) for r in runs["pypy"] + runs["cpython"]
-        ),
+        "server_cpu_share": _server_share(runs["pypy"] + runs["cpython"]),
         "runs": runs,
     }
 
@@ -379,6 +415,30 @@ def _pypy_rows(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _sync_rows(report: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "sepp_lite's blocking client (`sepp_lite.sync`) against its async client, same "
+        "interpreter, same server, alternating:",
+        "",
+        _row("workload", "sync µs", "async µs", "sync / async (median of pairs)", "goal",
+             "server CPU share"),
+        _row("---", "---:", "---:", "---:", "---:", "---:"),
+    ]  # fmt: skip
+    for workload, row in report["sync"].items():
+        lines.append(
+            _row(
+                SYNC_LABELS[workload],
+                f"{row['sync_cpu_us']:.1f}",
+                f"{row['async_cpu_us']:.1f}",
+                f"{row['pair_ratio_median']:.2f}×",
+                f"≤ {SYNC_GOAL:.1f}×",
+                f"{row['server_cpu_share']:.2f}",
+            )
+        )
+    return lines
+
+
 def markdown(report: dict[str, Any]) -> str:
     info = report["machine"]
     lines = [
@@ -394,11 +454,13 @@ def markdown(report: dict[str, Any]) -> str:
         f"{report['rounds']} rounds per workload, clients alternating; {report['jobs']} jobs "
         "per run; server in its own process (its CPU share: server CPU seconds per wall "
         "second of a client run, set-up included).",
-        "",
-        *_workload_rows(report),
     ]
+    if report["workloads"]:
+        lines += ["", *_workload_rows(report)]
     lines += [r for row in report["workloads"] if row["workload"] == "small_call"
               for r in _latency_rows(row)]  # fmt: skip
+    if report.get("sync"):
+        lines += _sync_rows(report)
     if report.get("footprint"):
         lines += _footprint_rows(report["footprint"])
     if report.get("pypy"):
@@ -407,13 +469,10 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def footprint(python: Path, server_python: Path) -> dict[str, Any]:
-    server = Server(server_python)
-    try:
+    with Server(server_python) as server:
         rss = {
             c: run_client(python, c, "connect", 0, server)["rss_kib"] for c in ("sepp_lite", "sepp")
         }
-    finally:
-        server.stop()
     lite_size, lite_dists = installed_mib(sys.executable, str(ROOT))
     seppy_size, seppy_dists = installed_mib(sys.executable, "sepp-py==0.1.0")
     return {
@@ -435,6 +494,7 @@ def main() -> int:
     parser.add_argument("--no-pypy", action="store_true")
     parser.add_argument("--no-footprint", action="store_true")
     parser.add_argument("--no-compare", action="store_true", help="skip sepp-py comparisons")
+    parser.add_argument("--no-sync", action="store_true", help="skip the blocking client's")
     parser.add_argument(
         "--pypy-server", choices=["cpython", "pypy"], default="cpython",
         help="the interpreter of the server in the PyPy comparison",
@@ -457,6 +517,14 @@ def main() -> int:
             f"   sepp_lite {lite:.1f} us, sepp-py {official:.1f} us, ratio {ratio:.2f}", flush=True
         )
         report["workloads"].append(row)
+    if not args.no_sync:
+        report["sync"] = {}
+        for workload in SYNC_WORKLOADS:
+            print(f"== sync: {workload}", flush=True)
+            row = report["sync"][workload] = sync_comparison(
+                python, workload, args.rounds, args.jobs
+            )
+            print(f"   sync / async {row['pair_ratio_median']:.2f}", flush=True)
     if not args.no_footprint:
         print("== footprint", flush=True)
         report["footprint"] = footprint(python, python)

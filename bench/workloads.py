@@ -1,8 +1,10 @@
 """One benchmark workload with one client, in this process; prints a JSON line.
 
 The same code drives sepp-py and sepp_lite (same API): ``--client sepp`` imports the
-official client, ``--client sepp_lite`` this project. Client CPU is
-``time.process_time()`` over the measured phase (all threads, so grpcio's count too).
+official client, ``--client sepp_lite`` this project. ``--client sepp_lite.sync`` runs
+the blocking client (workloads of ``SYNC_WORKLOADS`` only). Client CPU is
+``time.process_time()`` over the measured phase (all threads, so grpcio's and the
+blocking client's loop thread count too).
 
     python bench/workloads.py --client sepp_lite --addr 127.0.0.1:50051 --workload batch
 """
@@ -89,6 +91,33 @@ async def concurrent_enqueue(sepp: Any, client: Any, jobs: int, skip: int) -> di
     return meter.result()
 
 
+def _single_jobs(sepp: Any, jobs: int) -> list[Any]:
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    return [request(sepp, queue, i) for i in range(jobs + 1)]
+
+
+async def enqueue1(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
+    """One job per call, one call at a time (what a web view does)."""
+    first, *rest = _single_jobs(sepp, jobs)
+    await client.enqueue(first)  # warm-up
+    meter = Meter(skip)
+    for item in rest:
+        await client.enqueue(item)
+        meter.tick()
+    return meter.result()
+
+
+def sync_enqueue1(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
+    """``enqueue1`` with the blocking client."""
+    first, *rest = _single_jobs(sepp, jobs)
+    client.enqueue(first)
+    meter = Meter(skip)
+    for item in rest:
+        client.enqueue(item)
+        meter.tick()
+    return meter.result()
+
+
 async def _fill(sepp: Any, client: Any, queue: str, jobs: int) -> None:
     for start in range(0, jobs, 256):
         await client.enqueue_batch(
@@ -169,11 +198,13 @@ async def connect(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, flo
 WORKLOADS = {
     "connect": connect,
     "batch": batch,
+    "enqueue1": enqueue1,
     "enqueue16": concurrent_enqueue,
     "reserve_ack": reserve_ack,
     "worker": worker,
     "small_call": small_call,
 }
+SYNC_WORKLOADS = {"enqueue1": sync_enqueue1}
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -187,9 +218,19 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         await client.close()
 
 
+def main_sync(args: argparse.Namespace) -> dict[str, Any]:
+    import sepp_lite
+    from sepp_lite.sync import SeppClient
+
+    with SeppClient.connect(args.addr) as client:
+        result = SYNC_WORKLOADS[args.workload](sepp_lite, client, args.jobs, args.skip)
+        result["rss_kib"] = rss_kib()
+        return result
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser()
-    parser.add_argument("--client", choices=["sepp", "sepp_lite"], required=True)
+    parser.add_argument("--client", choices=["sepp", "sepp_lite", "sepp_lite.sync"], required=True)
     parser.add_argument("--addr", required=True)
     parser.add_argument("--workload", choices=sorted(WORKLOADS), required=True)
     parser.add_argument("--jobs", type=int, default=5000)
@@ -197,6 +238,9 @@ if __name__ == "__main__":
         "--skip", type=int, default=0, help="jobs to finish before measuring (warm-up)"
     )
     arguments = parser.parse_args()
-    outcome = asyncio.run(main(arguments))
+    if arguments.client == "sepp_lite.sync":
+        outcome = main_sync(arguments)
+    else:
+        outcome = asyncio.run(main(arguments))
     outcome.update(client=arguments.client, workload=arguments.workload)
     print(json.dumps(outcome))

@@ -267,6 +267,11 @@ class Worker:
         return self._client
 
     @property
+    def queues(self) -> list[str]:
+        """The queues this worker polls, in order."""
+        return list(self._opts.queues)
+
+    @property
     def worker_id(self) -> str:
         """The id sent with every reserve, ack, nack and extend."""
         return self._opts.worker_id or ""

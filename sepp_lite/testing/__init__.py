@@ -5,17 +5,23 @@ manual clock so time-based behaviour needs no waiting.
     async with SeppTestServer(strict_queues=True, queues=[QueueConfig("a")]) as server:
         ...  # connect to server.addr
 
-``python -m sepp_lite.testing`` runs it as a standalone server.
+``SeppServerThread`` runs it on a thread of its own (for synchronous tests and the
+blocking client), ``run_until_drained`` runs a worker until nothing is left, and the
+pytest plugin (fixtures ``sepp_server``, ``sepp_client``, ...; see the README) wraps
+it all. ``python -m sepp_lite.testing`` runs the server as a standalone process.
 """
 
 from __future__ import annotations
 
 from sepp_lite.testing._clock import Clock, ManualClock, RealClock
 from sepp_lite.testing._config import ConfigError, Limits, QueueConfig, ServerConfig
+from sepp_lite.testing._drain import run_until_drained
 from sepp_lite.testing._server import SeppTestServer
-from sepp_lite.testing._state import JobView, QueueCounts, QueueState, RpcError
+from sepp_lite.testing._state import Backlog, JobView, QueueCounts, QueueState, RpcError
+from sepp_lite.testing._thread import SeppServerThread, ServerClock
 
 __all__ = [
+    "Backlog",
     "Clock",
     "ConfigError",
     "JobView",
@@ -26,6 +32,9 @@ __all__ = [
     "QueueState",
     "RealClock",
     "RpcError",
+    "SeppServerThread",
     "SeppTestServer",
+    "ServerClock",
     "ServerConfig",
+    "run_until_drained",
 ]

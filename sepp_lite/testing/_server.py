@@ -10,9 +10,9 @@ import socket
 import ssl
 import tempfile
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from types import TracebackType
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import grpclib.server
 from grpclib.config import Configuration
@@ -22,7 +22,7 @@ from sepp_lite._redact import protect_credentials_in_logs
 from sepp_lite.testing._clock import Clock, ManualClock, RealClock
 from sepp_lite.testing._config import ConfigError, PemSource, ServerConfig
 from sepp_lite.testing._service import QueueService, RawCodec, Routes
-from sepp_lite.testing._state import QueueCounts, QueueState
+from sepp_lite.testing._state import Backlog, QueueCounts, QueueState
 
 __all__ = ["SeppTestServer"]
 
@@ -38,14 +38,18 @@ class _GrpcServer(grpclib.server.Server):
     """grpclib's server, remembering its connections: it has no way to close them, and
     from Python 3.12 ``asyncio.Server.wait_closed`` waits for every one of them."""
 
-    def __init__(self, service: QueueService, **kwargs: Any) -> None:
+    def __init__(
+        self, service: QueueService, on_connection: Callable[[], None], **kwargs: Any
+    ) -> None:
         super().__init__([service], **kwargs)
         self._mapping = Routes(self._mapping, service.fallback_handler())
         self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
+        self._on_connection = on_connection
 
     def _protocol_factory(self) -> H2Protocol:
         protocol = super()._protocol_factory()
         self._protocols.add(protocol)
+        self._on_connection()
         return protocol
 
     def close_connections(self) -> None:
@@ -142,12 +146,21 @@ class SeppTestServer:
         self.port = self.config.port
         self._grpc: Optional[_GrpcServer] = None
         self._stopped = False
+        self._accepted = 0
 
     @property
     def addr(self) -> str:
         """``host:port`` of the listening socket (IPv6 hosts in brackets)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"{host}:{self.port}"
+
+    @property
+    def connections_accepted(self) -> int:
+        """How many client connections this server has accepted (closed ones too)."""
+        return self._accepted
+
+    def _count_connection(self) -> None:
+        self._accepted += 1
 
     @property
     def running(self) -> bool:
@@ -164,6 +177,7 @@ class SeppTestServer:
             context = server_ssl_context(self.config.tls_cert, self.config.tls_key)
         server = _GrpcServer(
             self.service,
+            self._count_connection,
             codec=RawCodec(self.config.limits.max_message_bytes),
             config=_server_configuration(),
         )
@@ -213,6 +227,11 @@ class SeppTestServer:
     def counts(self, queue: str) -> QueueCounts:
         """``(ready, scheduled, in_flight, dead)`` of ``queue``."""
         return self.state.counts(queue)
+
+    def backlog(self, queues: Optional[Iterable[str]] = None) -> Backlog:
+        """What is left to do on ``queues`` (every queue when ``None``); see
+        :meth:`QueueState.backlog`."""
+        return self.state.backlog(queues)
 
     async def advance(self, seconds: float) -> None:
         """Move a :class:`ManualClock` forward, run the timers that fall due (lease

@@ -38,6 +38,7 @@ from sepp_lite.types import ServerInfo
 
 __all__ = [
     "AtomicResult",
+    "Backlog",
     "Code",
     "Delivery",
     "JobView",
@@ -119,6 +120,17 @@ class QueueCounts(NamedTuple):
     scheduled: int
     in_flight: int
     dead: int
+
+
+class Backlog(NamedTuple):
+    """The work left on some queues: jobs ``ready``, ``scheduled`` (delayed enqueues
+    and retries not yet due) and ``in_flight``, and ``next_due_ms``, when the earliest
+    scheduled job falls due (``None`` when none is scheduled)."""
+
+    ready: int
+    scheduled: int
+    in_flight: int
+    next_due_ms: Optional[int]
 
 
 class JobView(NamedTuple):
@@ -1027,6 +1039,24 @@ class QueueState:
         if q is None:
             return QueueCounts(0, 0, 0, 0)
         return QueueCounts(len(q.ready), q.scheduled, q.in_flight, q.dead)
+
+    def backlog(self, queues: Optional[Iterable[str]] = None) -> Backlog:
+        """The work left on ``queues`` (every queue when ``None``) right now, after
+        any due timer work: what a test waits for before it calls a queue drained."""
+        self.sweep()
+        if queues is None:
+            chosen = list(self._queues.values())
+            due = [self._scheduled[0][0]] if self._scheduled else []
+        else:
+            names = set(queues)
+            chosen = [q for q in map(self._queues.get, names) if q is not None]
+            due = [entry[0] for entry in self._scheduled if entry[2].queue in names]
+        return Backlog(
+            sum(len(q.ready) for q in chosen),
+            sum(q.scheduled for q in chosen),
+            sum(q.in_flight for q in chosen),
+            min(due, default=None),
+        )
 
     def job(self, job_id: str) -> Optional[JobView]:
         """A live job (ready, scheduled or in flight), or ``None`` once it is acked,
