@@ -172,16 +172,20 @@ class Connection(asyncio.Protocol):
         if self.state is ConnectionState.CLOSED:
             return
         buf = self._buf
-        buf += data
+        if buf:  # the start of a frame came with an earlier read
+            buf += data
+            data = bytes(buf)
+            buf.clear()
         try:
-            if self.state is ConnectionState.CONNECTING and not self._check_handshake(buf):
+            if self.state is ConnectionState.CONNECTING and not self._check_handshake(data):
+                buf += data
                 return
-            used = self._read_frames(buf)
+            used = self._read_frames(data)
         except ProtocolViolation as error:
             self._fail_connection(error.code, str(error))
             return
-        if used:
-            del buf[:used]
+        if used < len(data):
+            buf += data[used:]  # at most one frame's start: _read_frames checked its size
         if self._out:
             self._flush()
 
@@ -417,17 +421,17 @@ class Connection(asyncio.Protocol):
 
     # -- reading frames -------------------------------------------------------------------
 
-    def _check_handshake(self, buf: bytearray) -> bool:
+    def _check_handshake(self, data: bytes) -> bool:
         """In CONNECTING: False while the first bytes are still inconclusive; a
         HandshakeFailure ends the connection."""
-        problem = _handshake_problem(bytes(buf[:64]))
+        problem = _handshake_problem(data[:64])
         if problem is not None:
             self.ready.set_exception(problem)
             self._abort(problem.reason)
             return False
-        return len(buf) >= f.FRAME_HEADER
+        return len(data) >= f.FRAME_HEADER
 
-    def _read_frames(self, buf: bytearray) -> int:
+    def _read_frames(self, buf: bytes) -> int:
         """Handle every whole frame in ``buf``; return how many bytes were used."""
         pos = 0
         size = len(buf)
@@ -443,8 +447,8 @@ class Connection(asyncio.Protocol):
                 break
             kind = buf[pos + 3]
             flags = buf[pos + 4]
-            stream_id = int.from_bytes(buf[pos + 5 : pos + 9], "big") & 0x7FFFFFFF
-            payload = bytes(buf[pos + 9 : end])
+            stream_id = f.u32(buf, pos + 5) & 0x7FFFFFFF
+            payload = buf[pos + 9 : end]
             pos = end
             if self._continuation is not None:
                 self._on_continuation(kind, flags, stream_id, payload)
