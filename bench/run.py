@@ -91,13 +91,24 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+# Which server the clients meet: "grpcio" (bench/grpcio_server.py: grpcio's C core in
+# front of the in-process state machine) or "grpclib" (python -m sepp_lite.testing).
+SERVER_KIND = {"kind": "grpcio"}
+
+
 class Server:
-    """``python -m sepp_lite.testing`` in its own process, with its CPU time readable."""
+    """The bench server in its own process, with its CPU time readable. PyPy has no
+    grpcio: a PyPy server is always the grpclib one."""
 
     def __init__(self, python: Path) -> None:
         self.port = free_port()
+        self.kind = SERVER_KIND["kind"] if "pypy" not in str(python) else "grpclib"
+        if self.kind == "grpcio":
+            command = [str(python), str(BENCH / "grpcio_server.py"), "--port", str(self.port)]
+        else:
+            command = [str(python), "-m", "sepp_lite.testing", "--port", str(self.port)]
         self.proc = subprocess.Popen(
-            [str(python), "-m", "sepp_lite.testing", "--port", str(self.port)],
+            command,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -452,7 +463,8 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [
         "",
         f"{report['rounds']} rounds per workload, clients alternating; {report['jobs']} jobs "
-        "per run; server in its own process (its CPU share: server CPU seconds per wall "
+        f"per run; server ({report.get('server', 'grpclib')}: the sepp state machine behind "
+        "that HTTP/2 stack) in its own process (its CPU share: server CPU seconds per wall "
         "second of a client run, set-up included).",
     ]
     if report["workloads"]:
@@ -499,13 +511,19 @@ def main() -> int:
         "--pypy-server", choices=["cpython", "pypy"], default="cpython",
         help="the interpreter of the server in the PyPy comparison",
     )  # fmt: skip
+    parser.add_argument(
+        "--server", choices=["grpcio", "grpclib"], default="grpcio",
+        help="grpcio's C core (default, as fast a peer as the real server) or grpclib",
+    )  # fmt: skip
     args = parser.parse_args()
+    SERVER_KIND["kind"] = args.server
     python = venv(ROOT / ".venv-bench", sys.executable, str(ROOT), "sepp-py==0.1.0")
     report: dict[str, Any] = {
         "machine": machine(),
         "versions": versions(python),
         "rounds": args.rounds,
         "jobs": args.jobs,
+        "server": args.server,
         "workloads": [],
     }
     for workload in [] if args.no_compare else args.workloads.split(","):
