@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Optional, cast
 
-from sepp_lite import cli
+from sepp_lite.cli import common
 from sepp_lite.client import SeppClient
 from sepp_lite.errors import JobRejection
 from sepp_lite.types import EnqueueAck, EnqueueRequest, JobCtx, Payload, RetryDirective
@@ -330,7 +330,7 @@ def _progress_text(tally: Tally, total: int, elapsed: float) -> str:
     )
 
 
-async def _show_progress(tally: Tally, total: int, line: cli.StatusLine, started: float) -> None:
+async def _show_progress(tally: Tally, total: int, line: common.StatusLine, started: float) -> None:
     while line.enabled:
         line.show(_progress_text(tally, total, time.monotonic() - started))
         await asyncio.sleep(0.1)
@@ -374,7 +374,7 @@ async def _process(
         shutdown_timeout=5.0,
     )
     register_handlers(worker, random.Random(seed + 1))
-    line = cli.StatusLine(sys.stderr)
+    line = common.StatusLine(sys.stderr)
     started = time.monotonic()
     running = asyncio.ensure_future(worker.run())
     ticker = asyncio.ensure_future(_show_progress(tally, result.planned, line, started))
@@ -415,7 +415,7 @@ async def run_demo(args: argparse.Namespace) -> int:
         where = f"embedded sepp server at {addr}" if embedded else f"sepp server at {addr}"
         jobs = build_workload(args.jobs, rng, queues, run_id, datetime.now(timezone.utc))
         result = DemoResult(where, queues, len(jobs), Tally(), 0.0, False)
-        connected = await cli.connect(args, addr=addr, client_class=_CountingClient)
+        connected = await common.connect(args, addr=addr, client_class=_CountingClient)
         client = cast(_CountingClient, connected)
         try:
             await _process(client, jobs, result, args.seed)
@@ -426,8 +426,8 @@ async def run_demo(args: argparse.Namespace) -> int:
     print("\n".join(render_summary(result)))
     if not result.adds_up:
         print(f"error: {_shortfall(result)}", file=sys.stderr)
-        return cli.EXIT_REFUSED
-    return cli.EXIT_OK
+        return common.EXIT_REFUSED
+    return common.EXIT_OK
 
 
 def _shortfall(result: DemoResult) -> str:

@@ -28,10 +28,7 @@ import math
 import os
 import re
 import shlex
-import ssl
 import sys
-import time
-import traceback
 from collections.abc import Awaitable, Iterator, Sequence
 from datetime import datetime, timedelta, timezone
 from typing import IO, Any, Callable, NoReturn, Optional
@@ -39,6 +36,26 @@ from typing import IO, Any, Callable, NoReturn, Optional
 from sepp_lite import errors
 from sepp_lite._codec import client as codec
 from sepp_lite._version import __version__
+from sepp_lite.cli.common import (
+    CONNECTION_OPTIONS,
+    EXIT_OK,
+    EXIT_REFUSED,
+    EXIT_USAGE,
+    CliError,
+    Commands,
+    ProgressBar,
+    connect,
+    connection_parent,
+    describe,
+    exit_code_for,
+    int_in,
+    is_terminal,
+    iso,
+    non_negative_seconds,
+    positive_seconds,
+    read_bytes,
+    report,
+)
 from sepp_lite.client import SeppClient
 from sepp_lite.shutdown import shutdown_on_signals
 from sepp_lite.testing._cli import add_serve_arguments, serve
@@ -54,16 +71,8 @@ from sepp_lite.types import (
 from sepp_lite.worker import Worker
 
 __all__ = [
-    "EXIT_OK",
-    "EXIT_REFUSED",
-    "EXIT_USAGE",
-    "CliError",
     "LineError",
-    "ProgressBar",
-    "StatusLine",
     "build_parser",
-    "connect",
-    "exit_code_for",
     "main",
     "parse_custom_value",
     "parse_line",
@@ -72,11 +81,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-EXIT_OK = 0
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
 
-DEFAULT_ADDR = "127.0.0.1:50051"
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 _UINT32_MAX = 2**32 - 1
 # One EnqueueBatch call carries at most this many bytes of jobs: the server's message
@@ -117,189 +122,8 @@ read is reported with its number. Jobs go out in batches of the server's
 max_enqueue_batch.
 """
 
-_REFUSALS = (
-    errors.UnauthenticatedError,
-    errors.OverloadedError,
-    errors.InvalidRequestError,
-    errors.ServerInternalError,
-    errors.UnexpectedStatusError,
-    errors.JobRejectedError,
-    errors.BatchValidationError,
-    errors.LeaseError,
-    errors.ReserveError,
-)
-
-
-class CliError(Exception):
-    """A failure reported as one ``error: ...`` line, exiting with ``code``."""
-
-    def __init__(self, message: str, code: int = EXIT_USAGE) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def exit_code_for(error: BaseException) -> int:
-    """The exit status for ``error``: 1 when the server answered and refused, else 2
-    (connection, protocol, usage and input errors)."""
-    if isinstance(error, CliError):
-        return error.code
-    return EXIT_REFUSED if isinstance(error, _REFUSALS) else EXIT_USAGE
-
-
-_SELF_EXPLAINED = (CliError, errors.JobRejectedError, errors.UnknownQueuesError)
-
-
-def describe(error: BaseException) -> str:
-    """``error`` as one line (the API key never reaches an error message)."""
-    text = " ".join(str(error).split()) or type(error).__name__
-    if isinstance(error, errors.UnauthenticatedError):
-        return f"the server refused the credentials: {text}"
-    if isinstance(error, errors.ConnectError):
-        return text + _tls_hint(error)
-    if isinstance(error, _SELF_EXPLAINED):
-        return text
-    return f"{type(error).__name__}: {text}"
-
-
-def _tls_hint(error: errors.ConnectError) -> str:
-    # The transport tells a TLS server met in plaintext (True) from the reverse (False).
-    uses_tls = getattr(error, "server_uses_tls", None)
-    if uses_tls is True:
-        return "; is the server using TLS? try --tls (or --ca FILE for a private CA)"
-    if uses_tls is False:
-        return "; is the server not using TLS? try without --tls, --ca and https://"
-    return ""
-
-
-# -- terminal output ------------------------------------------------------------------
-
-
-def is_terminal(stream: object) -> bool:
-    """Whether ``stream`` is an interactive terminal."""
-    isatty = getattr(stream, "isatty", None)
-    try:
-        return bool(isatty()) if callable(isatty) else False
-    except (OSError, ValueError):  # a closed or detached stream
-        return False
-
-
-class StatusLine:
-    """One line redrawn in place (``\\r``) on a terminal, at most every ``interval``
-    seconds; on a pipe or a file it draws nothing, so logs stay clean."""
-
-    def __init__(self, stream: IO[str], interval: float = 0.1) -> None:
-        self.stream = stream
-        self.enabled = is_terminal(stream)
-        self.interval = interval
-        self._drawn_at = -math.inf
-        self._shown = False
-
-    def show(self, text: str, *, force: bool = False) -> None:
-        """Draw ``text`` unless the last draw was less than ``interval`` ago."""
-        if not self.enabled:
-            return
-        now = time.monotonic()
-        if not force and now - self._drawn_at < self.interval:
-            return
-        self._drawn_at = now
-        self.stream.write("\r" + text + "\x1b[K")
-        self.stream.flush()
-        self._shown = True
-
-    def close(self, *, keep: bool) -> None:
-        """End the line: keep the last text (newline) or erase it."""
-        if self.enabled and self._shown:
-            self.stream.write("\n" if keep else "\r\x1b[K")
-            self.stream.flush()
-            self._shown = False
-
-
-def clock(seconds: Optional[float]) -> str:
-    """``seconds`` as ``M:SS`` or ``H:MM:SS`` (``--:--`` when unknown)."""
-    if seconds is None or not math.isfinite(seconds):
-        return "--:--"
-    minutes, secs = divmod(int(round(seconds)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}:{minutes:02d}:{secs:02d}" if hours else f"{minutes}:{secs:02d}"
-
-
-class ProgressBar:
-    """A progress bar with rate and ETA on ``stream``, drawn only on a terminal."""
-
-    WIDTH = 24
-
-    def __init__(self, stream: IO[str], total: Optional[int], unit: str = "lines") -> None:
-        self.line = StatusLine(stream)
-        self.total = total
-        self.unit = unit
-        self.started = time.monotonic()
-
-    @property
-    def enabled(self) -> bool:
-        """Whether anything is drawn (the stream is a terminal)."""
-        return self.line.enabled
-
-    def update(self, done: int, *, force: bool = False) -> None:
-        """Redraw with ``done`` items processed (throttled unless ``force``)."""
-        if self.line.enabled:
-            self.line.show(self.render(done, time.monotonic() - self.started), force=force)
-
-    def finish(self, done: int) -> None:
-        """Draw the final state and end the line."""
-        self.update(done, force=True)
-        self.line.close(keep=True)
-
-    def render(self, done: int, elapsed: float) -> str:
-        """The bar's text after ``done`` items in ``elapsed`` seconds."""
-        rate = done / elapsed if elapsed > 0 else 0.0
-        speed = f"{rate:,.0f} {self.unit}/s"
-        if self.total is None:
-            return f"{done:,} {self.unit}  {speed}"
-        fraction = min(done / self.total, 1.0) if self.total else 1.0
-        filled = int(self.WIDTH * fraction)
-        bar = "#" * filled + "-" * (self.WIDTH - filled)
-        eta = (self.total - done) / rate if rate > 0 else None
-        return f"[{bar}] {done:,}/{self.total:,} {fraction:4.0%}  {speed}  ETA {clock(eta)}"
-
 
 # -- argument parsing -----------------------------------------------------------------
-
-
-def _positive_seconds(text: str) -> float:
-    value = _float_arg(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, got {text!r}")
-    return value
-
-
-def _non_negative_seconds(text: str) -> float:
-    value = _float_arg(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {text!r}")
-    return value
-
-
-def _float_arg(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not math.isfinite(value):
-        raise argparse.ArgumentTypeError(f"not a finite number: {text!r}")
-    return value
-
-
-def _int_in(low: int, high: int) -> Callable[[str], int]:
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"not an integer: {text!r}") from None
-        if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"must be from {low} to {high}, got {value}")
-        return value
-
-    return parse
 
 
 _INT = re.compile(r"[-+]?\d+")
@@ -334,41 +158,6 @@ def _custom_arg(text: str) -> tuple[str, Primitive]:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def _connection_parent(*, embedded_default: bool = False) -> argparse.ArgumentParser:
-    parent = argparse.ArgumentParser(add_help=False)
-    group = parent.add_argument_group("connection options")
-    if embedded_default:
-        group.add_argument(
-            "--addr", help="run against the sepp server at this address instead of an embedded one"
-        )
-    else:
-        group.add_argument(
-            "--addr",
-            default=os.environ.get("SEPP_ADDR") or DEFAULT_ADDR,
-            help="host:port, http://host:port or https://host[:port] "
-            f"(env SEPP_ADDR; default {DEFAULT_ADDR})",
-        )
-    group.add_argument(
-        "--api-key",
-        default=os.environ.get("SEPP_API_KEY") or None,
-        metavar="KEY",
-        help="API key, sent as a bearer token (env SEPP_API_KEY); never printed",
-    )
-    group.add_argument(
-        "--tls", action="store_true", help="use TLS with the system's root certificates"
-    )
-    group.add_argument(
-        "--ca", metavar="FILE", help="PEM file of the CA that signs the server's certificate (TLS)"
-    )
-    group.add_argument(
-        "--timeout",
-        type=_positive_seconds,
-        metavar="SECONDS",
-        help="connect timeout and per-call deadline (default 5 s to connect, 30 s per call)",
-    )
-    return parent
-
-
 class _Parser(argparse.ArgumentParser):
     """An argument parser whose usage errors are one line, like the command's others."""
 
@@ -380,7 +169,6 @@ class _Parser(argparse.ArgumentParser):
 
 # What `sepp-lite` itself takes before the command; every other option is a command's.
 _MAIN_OPTIONS = frozenset({"--debug", "--version", "-h", "--help"})
-_CONNECTION_OPTIONS = frozenset({"--addr", "--api-key", "--tls", "--ca", "--timeout"})
 
 
 def misplaced_options(argv: Sequence[str], commands: Sequence[str]) -> Optional[str]:
@@ -398,7 +186,7 @@ def misplaced_options(argv: Sequence[str], commands: Sequence[str]) -> Optional[
         verb = "goes" if len(names) == 1 else "go"
         return f"{', '.join(names)} {verb} after the command: {fixed}"
     first = argv[0].split("=", 1)[0] if argv else ""
-    if first in _CONNECTION_OPTIONS:
+    if first in CONNECTION_OPTIONS:
         return f"{first} goes after a command: sepp-lite COMMAND {first} ..."
     return None
 
@@ -427,18 +215,15 @@ def build_parser() -> _Parser:
     parser.add_argument("--debug", action="store_true", help="print tracebacks and debug logs")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     commands.required = True
-    client_parents = [_connection_parent(), _debug_parent()]
+    client_parents = [connection_parent(), _debug_parent()]
     _add_serve(commands, [_debug_parent()])
     _add_info(commands, client_parents)
     _add_enqueue(commands, client_parents)
     _add_worker(commands, client_parents)
     _add_drain(commands, client_parents)
-    _add_demo(commands, [_connection_parent(embedded_default=True), _debug_parent()])
+    _add_demo(commands, [connection_parent(embedded_default=True), _debug_parent()])
     parser.command_names = tuple(commands.choices)
     return parser
-
-
-Commands = Any  # argparse's _SubParsersAction is private
 
 
 def _add_serve(commands: Commands, parents: list[argparse.ArgumentParser]) -> None:
@@ -488,12 +273,12 @@ def _add_enqueue(commands: Commands, parents: list[argparse.ArgumentParser]) -> 
         help="payload encoding (default text/plain for --payload, "
         "application/octet-stream for --payload-file)",
     )
-    parser.add_argument("--priority", type=_int_in(0, 9), metavar="N", help="0 (default) to 9")
+    parser.add_argument("--priority", type=int_in(0, 9), metavar="N", help="0 (default) to 9")
     parser.add_argument("--key", dest="idempotency_key", metavar="K", help="idempotency key")
     parser.add_argument(
-        "--delay", type=_non_negative_seconds, metavar="SECONDS", help="run no sooner than this"
+        "--delay", type=non_negative_seconds, metavar="SECONDS", help="run no sooner than this"
     )
-    parser.add_argument("--max-attempts", type=_int_in(1, _UINT32_MAX), metavar="N")
+    parser.add_argument("--max-attempts", type=int_in(1, _UINT32_MAX), metavar="N")
     parser.add_argument(
         "--custom",
         type=_custom_arg,
@@ -577,7 +362,7 @@ def _add_worker_deployment(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--max-loop-lag",
-        type=_positive_seconds,
+        type=positive_seconds,
         default=10.0,
         metavar="SECONDS",
         help="/livez fails when a worker's event loop is blocked longer (default 10)",
@@ -598,7 +383,7 @@ def _add_drain(commands: Commands, parents: list[argparse.ArgumentParser]) -> No
     )
     parser.add_argument("--queue", metavar="Q", help="only this queue's dead letters")
     parser.add_argument(
-        "--max", type=_int_in(0, 2**31), metavar="N", help="drain at most N (default: all)"
+        "--max", type=int_in(0, 2**31), metavar="N", help="drain at most N (default: all)"
     )
     parser.add_argument(
         "--out", metavar="FILE", help="append the records to FILE instead of stdout"
@@ -617,67 +402,13 @@ def _add_demo(commands: Commands, parents: list[argparse.ArgumentParser]) -> Non
         "is ignored: the demo uses a real server only when --addr is given.",
     )
     parser.add_argument(
-        "--jobs", type=_int_in(10, 1_000_000), default=3000, metavar="N", help="default 3000"
+        "--jobs", type=int_in(10, 1_000_000), default=3000, metavar="N", help="default 3000"
     )
     parser.add_argument("--seed", type=int, default=1, help="workload random seed (default 1)")
     parser.set_defaults(handler=_cmd_demo)
 
 
-# -- connecting -----------------------------------------------------------------------
-
-
-def _read_bytes(path: str, what: str) -> bytes:
-    try:
-        if path == "-":
-            return sys.stdin.buffer.read()
-        with open(path, "rb") as fh:
-            return fh.read()
-    except OSError as exc:
-        raise CliError(f"cannot read {what} {path}: {exc.strerror or exc}") from exc
-
-
-def _load_ca(path: str) -> bytes:
-    pem = _read_bytes(path, "--ca")
-    try:
-        ssl.create_default_context(cadata=pem.decode("ascii"))
-    except (ssl.SSLError, ValueError) as exc:
-        raise CliError(f"--ca {path} is not a PEM certificate file") from exc
-    return pem
-
-
-def connect_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The keyword arguments of :meth:`SeppClient.connect` the common options give."""
-    options: dict[str, Any] = {"api_key": args.api_key or None, "tls": bool(args.tls)}
-    if args.ca:
-        options["tls_ca_cert"] = _load_ca(args.ca)
-    if args.timeout is not None:
-        options["connect_timeout"] = options["rpc_timeout"] = args.timeout
-    return options
-
-
-async def connect(
-    args: argparse.Namespace,
-    *,
-    addr: Optional[str] = None,
-    client_class: type[SeppClient] = SeppClient,
-) -> SeppClient:
-    """Connect with the common options (``addr`` overrides ``--addr``). Raises
-    :class:`CliError` for a bad address or CA file and
-    :class:`~sepp_lite.errors.ConnectError` when the server cannot be reached."""
-    target = addr if addr is not None else args.addr
-    options = connect_options(args)
-    try:
-        return await client_class.connect(target, **options)
-    except ValueError as exc:
-        raise CliError(f"bad address {target!r}: {exc}") from exc
-
-
 # -- info ---------------------------------------------------------------------------------
-
-
-def iso(moment: datetime) -> str:
-    """A UTC time as ISO 8601 with a ``Z``."""
-    return moment.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def human_duration(span: timedelta) -> str:
@@ -778,7 +509,7 @@ def _payload_from_args(args: argparse.Namespace) -> Optional[Payload]:
     if args.payload is not None:
         return Payload(args.payload.encode("utf-8"), args.encoding or "text/plain")
     if args.payload_file is not None:
-        data = _read_bytes(args.payload_file, "--payload-file")
+        data = read_bytes(args.payload_file, "--payload-file")
         return Payload(data, args.encoding or "application/octet-stream")
     return None
 
@@ -1517,18 +1248,6 @@ def _logging_for(args: argparse.Namespace) -> Iterator[None]:
         library.setLevel(saved[1])
 
 
-def _report(error: BaseException, debug: bool) -> int:
-    if debug:
-        traceback.print_exception(type(error), error, error.__traceback__)
-    code = exit_code_for(error)
-    message = describe(error)
-    if not isinstance(error, (CliError, errors.SeppError)):
-        code = EXIT_REFUSED
-        message = f"unexpected {message}" + ("" if debug else " (--debug shows the traceback)")
-    print(f"error: {message}", file=sys.stderr)
-    return code
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Run ``sepp-lite`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
     parser = build_parser()
@@ -1548,6 +1267,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print("error: interrupted", file=sys.stderr)
             return 130
         except Exception as exc:
-            return _report(exc, bool(getattr(args, "debug", False)))
+            return report(exc, bool(getattr(args, "debug", False)))
     sys.stdout.flush()
     return code
