@@ -36,6 +36,7 @@ from typing import IO, Any, Callable, NoReturn, Optional
 from sepp_lite import errors
 from sepp_lite._codec import client as codec
 from sepp_lite._version import __version__
+from sepp_lite.cli import info, serve
 from sepp_lite.cli.common import (
     CONNECTION_OPTIONS,
     EXIT_OK,
@@ -58,14 +59,12 @@ from sepp_lite.cli.common import (
 )
 from sepp_lite.client import SeppClient
 from sepp_lite.shutdown import shutdown_on_signals
-from sepp_lite.testing._cli import add_serve_arguments, serve
 from sepp_lite.types import (
     DeadLetterRecord,
     EnqueueAck,
     EnqueueRequest,
     Payload,
     Primitive,
-    ServerInfo,
     TraceContext,
 )
 from sepp_lite.worker import Worker
@@ -216,37 +215,14 @@ def build_parser() -> _Parser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     commands.required = True
     client_parents = [connection_parent(), _debug_parent()]
-    _add_serve(commands, [_debug_parent()])
-    _add_info(commands, client_parents)
+    serve.add_parser(commands, [_debug_parent()])
+    info.add_parser(commands, client_parents)
     _add_enqueue(commands, client_parents)
     _add_worker(commands, client_parents)
     _add_drain(commands, client_parents)
     _add_demo(commands, [connection_parent(embedded_default=True), _debug_parent()])
     parser.command_names = tuple(commands.choices)
     return parser
-
-
-def _add_serve(commands: Commands, parents: list[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
-        "serve",
-        parents=parents,
-        help="run the in-process sepp server (in memory)",
-        description="Run the in-process sepp server of sepp_lite.testing until SIGINT or "
-        "SIGTERM. Nothing is persisted. Its --api-key options are the keys it accepts.",
-    )
-    add_serve_arguments(parser)
-    parser.set_defaults(handler=_cmd_serve)
-
-
-def _add_info(commands: Commands, parents: list[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
-        "info",
-        parents=parents,
-        help="show the server's version and limits",
-        description="Show GetServerInfo: the server's version and global limits.",
-    )
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    parser.set_defaults(handler=_cmd_info)
 
 
 def _add_enqueue(commands: Commands, parents: list[argparse.ArgumentParser]) -> None:
@@ -409,68 +385,6 @@ def _add_demo(commands: Commands, parents: list[argparse.ArgumentParser]) -> Non
 
 
 # -- info ---------------------------------------------------------------------------------
-
-
-def human_duration(span: timedelta) -> str:
-    """``span`` as ``30d``, ``1h 30m``, ``45s`` or ``0.25s``."""
-    seconds = span.total_seconds()
-    if seconds < 60:
-        return f"{seconds:g}s"
-    whole = int(seconds)
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        amount, whole = divmod(whole, size)
-        if amount:
-            parts.append(f"{amount}{unit}")
-    return " ".join(parts)
-
-
-def _info_json(info: ServerInfo) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in dataclasses.fields(info):
-        value = getattr(info, item.name)
-        if isinstance(value, datetime):
-            value = iso(value)
-        elif isinstance(value, timedelta):
-            value = value.total_seconds()
-        out[item.name] = value
-    return out
-
-
-def _info_value(info: ServerInfo, name: str, value: object) -> str:
-    if name == "allowed_encodings" and not info.restricts_encodings:
-        return "any"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, list):
-        return ", ".join(str(v) for v in value) or "(none)"
-    if isinstance(value, timedelta):
-        return human_duration(value)
-    if isinstance(value, datetime):
-        return iso(value)
-    if isinstance(value, int):
-        return f"{value:,}"
-    return str(value)
-
-
-def render_info(info: ServerInfo) -> str:
-    """``info`` as a two-column table."""
-    rows = [
-        (item.name.replace("_", " "), _info_value(info, item.name, getattr(info, item.name)))
-        for item in dataclasses.fields(info)
-    ]
-    width = max(len(label) for label, _ in rows)
-    return "\n".join(f"{label:<{width}}  {value}" for label, value in rows)
-
-
-async def _cmd_info(args: argparse.Namespace) -> int:
-    async with await connect(args) as client:
-        info = await client.get_server_info()
-    if args.json:
-        print(json.dumps(_info_json(info), indent=2))
-    else:
-        print(render_info(info))
-    return EXIT_OK
 
 
 # -- enqueue: one job -------------------------------------------------------------------
@@ -1197,17 +1111,6 @@ async def _supervise(args: argparse.Namespace) -> int:
 
 
 # -- serve and demo -------------------------------------------------------------------
-
-
-async def _cmd_serve(args: argparse.Namespace) -> int:
-    from sepp_lite.testing import ConfigError
-
-    try:
-        return await serve(args)
-    except (ConfigError, RuntimeError) as exc:
-        raise CliError(str(exc)) from exc
-    except OSError as exc:
-        raise CliError(f"cannot listen: {exc}") from exc
 
 
 async def _cmd_demo(args: argparse.Namespace) -> int:
