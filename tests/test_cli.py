@@ -19,7 +19,7 @@ from grpclib.exceptions import GRPCError
 
 import sepp_lite as sepp
 from sepp_lite import cli
-from sepp_lite.cli import common
+from sepp_lite.cli import common, enqueue
 from sepp_lite.errors import Status
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import free_port, unique_queue
@@ -169,14 +169,14 @@ def test_a_tls_mismatch_hint_follows_the_transports_verdict() -> None:
     ],
 )
 def test_custom_values_are_typed(text: str, value: object) -> None:
-    parsed = cli.parse_custom_value(text)
+    parsed = enqueue.parse_custom_value(text)
     assert parsed == value and type(parsed) is type(value)
 
 
 def test_custom_ints_must_fit_64_bits() -> None:
-    assert cli.parse_custom_value(str(2**63 - 1)) == 2**63 - 1
+    assert enqueue.parse_custom_value(str(2**63 - 1)) == 2**63 - 1
     with pytest.raises(ValueError, match="64 bits"):
-        cli.parse_custom_value(str(2**63))
+        enqueue.parse_custom_value(str(2**63))
 
 
 # -- info -----------------------------------------------------------------------------
