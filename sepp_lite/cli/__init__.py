@@ -15,43 +15,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import base64
 import contextlib
-import json
 import logging
 import shlex
 import sys
 from collections.abc import Iterator, Sequence
-from typing import IO, Any, NoReturn, Optional
+from typing import NoReturn, Optional
 
-from sepp_lite import errors
 from sepp_lite._version import __version__
-from sepp_lite.cli import enqueue, info, serve, worker
+from sepp_lite.cli import drain, enqueue, info, serve, worker
 from sepp_lite.cli.common import (
     CONNECTION_OPTIONS,
-    EXIT_OK,
     EXIT_USAGE,
-    CliError,
     Commands,
-    connect,
     connection_parent,
     int_in,
-    is_terminal,
-    iso,
     report,
 )
-from sepp_lite.client import SeppClient
-from sepp_lite.types import DeadLetterRecord
 
 __all__ = [
     "build_parser",
     "main",
     "misplaced_options",
-    "record_to_json",
 ]
 
 
-_DRAIN_PAGE = 256
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _EPILOG = """\
@@ -127,31 +115,10 @@ def build_parser() -> _Parser:
     info.add_parser(commands, client_parents)
     enqueue.add_parser(commands, client_parents)
     worker.add_parser(commands, client_parents)
-    _add_drain(commands, client_parents)
+    drain.add_parser(commands, client_parents)
     _add_demo(commands, [connection_parent(embedded_default=True), _debug_parent()])
     parser.command_names = tuple(commands.choices)
     return parser
-
-
-def _add_drain(commands: Commands, parents: list[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
-        "drain-dead-letters",
-        parents=parents,
-        help="remove dead-lettered jobs from the server and write them as JSON lines",
-        description="Remove dead-lettered jobs from the server (destructive: they are gone "
-        "from the server afterwards) and write them as JSON lines, payload as base64. "
-        "The output can be replayed with: sepp-lite enqueue QUEUE --jsonl FILE. "
-        "When stdout is a terminal, --yes is required.",
-    )
-    parser.add_argument("--queue", metavar="Q", help="only this queue's dead letters")
-    parser.add_argument(
-        "--max", type=int_in(0, 2**31), metavar="N", help="drain at most N (default: all)"
-    )
-    parser.add_argument(
-        "--out", metavar="FILE", help="append the records to FILE instead of stdout"
-    )
-    parser.add_argument("--yes", action="store_true", help="yes, remove them from the server")
-    parser.set_defaults(handler=_cmd_drain)
 
 
 def _add_demo(commands: Commands, parents: list[argparse.ArgumentParser]) -> None:
@@ -168,88 +135,6 @@ def _add_demo(commands: Commands, parents: list[argparse.ArgumentParser]) -> Non
     )
     parser.add_argument("--seed", type=int, default=1, help="workload random seed (default 1)")
     parser.set_defaults(handler=_cmd_demo)
-
-
-# -- drain-dead-letters ---------------------------------------------------------------
-
-
-def record_to_json(record: DeadLetterRecord) -> dict[str, Any]:
-    """A dead-letter record as one JSON object (payload as base64); its job fields use
-    the ``enqueue --jsonl`` keys, so the line can be replayed."""
-    payload = record.payload
-    trace = record.trace_context
-    return {
-        "queue": record.queue,
-        "job_id": record.job_id,
-        "job_type": record.job_type,
-        "payload_base64": None if payload is None else base64.b64encode(payload.data).decode(),
-        "encoding": None if payload is None else payload.encoding,
-        "priority": record.priority.value,
-        "max_attempts": record.max_attempts or None,
-        "custom": record.custom,
-        "trace_context": None
-        if trace is None
-        else {"traceparent": trace.traceparent, "tracestate": trace.tracestate},
-        "enqueued_at": iso(record.enqueued_at),
-        "scheduled_at": None if record.scheduled_at is None else iso(record.scheduled_at),
-        "cause": record.cause.value,
-        "failed_at": iso(record.failed_at),
-        "final_attempt": record.final_attempt,
-        "last_reason": record.last_reason,
-    }
-
-
-async def _drain_into(
-    client: SeppClient, queue: Optional[str], limit: Optional[int], out: IO[str]
-) -> int:
-    count = 0
-    try:
-        while limit is None or count < limit:
-            want = _DRAIN_PAGE if limit is None else min(_DRAIN_PAGE, limit - count)
-            records = await client.drain_dead_letters(queue, want)
-            if not records:
-                break
-            for record in records:
-                out.write(json.dumps(record_to_json(record), ensure_ascii=False) + "\n")
-            out.flush()  # drained records exist nowhere else now: write them out at once
-            count += len(records)
-    except errors.SeppError:
-        print(f"drained {count:,} dead-letter record(s) before the error", file=sys.stderr)
-        raise
-    return count
-
-
-@contextlib.contextmanager
-def _output(path: Optional[str]) -> Iterator[IO[str]]:
-    if path is None:
-        yield sys.stdout
-        return
-    try:
-        # Appending: an earlier drain's output must never be overwritten.
-        fh = open(path, "a", encoding="utf-8")
-    except OSError as exc:
-        raise CliError(f"cannot write --out {path}: {exc.strerror or exc}") from exc
-    with fh:
-        yield fh
-
-
-async def _cmd_drain(args: argparse.Namespace) -> int:
-    if is_terminal(sys.stdout) and not args.yes:
-        raise CliError(
-            "draining removes the dead letters from the server for good; "
-            "pass --yes to go ahead (and --out FILE to keep them in a file)"
-        )
-    async with await connect(args) as client:
-        info = await client.get_server_info()
-        with _output(args.out) as out:
-            count = await _drain_into(client, args.queue, args.max, out)
-    message = f"drained {count:,} dead-letter record(s)"
-    if args.out is not None:
-        message += f" into {args.out}"
-    if count == 0 and not info.dead_letter_retention_enabled:
-        message += " (dead-letter retention is off on this server: it keeps none)"
-    print(message, file=sys.stderr)
-    return EXIT_OK
 
 
 # -- serve and demo -------------------------------------------------------------------
