@@ -23,13 +23,11 @@ from collections.abc import Iterator, Sequence
 from typing import NoReturn, Optional
 
 from sepp_lite._version import __version__
-from sepp_lite.cli import drain, enqueue, info, serve, worker
+from sepp_lite.cli import demo, drain, enqueue, info, serve, worker
 from sepp_lite.cli.common import (
     CONNECTION_OPTIONS,
     EXIT_USAGE,
-    Commands,
     connection_parent,
-    int_in,
     report,
 )
 
@@ -116,34 +114,9 @@ def build_parser() -> _Parser:
     enqueue.add_parser(commands, client_parents)
     worker.add_parser(commands, client_parents)
     drain.add_parser(commands, client_parents)
-    _add_demo(commands, [connection_parent(embedded_default=True), _debug_parent()])
+    demo.add_parser(commands, [connection_parent(embedded_default=True), _debug_parent()])
     parser.command_names = tuple(commands.choices)
     return parser
-
-
-def _add_demo(commands: Commands, parents: list[argparse.ArgumentParser]) -> None:
-    parser = commands.add_parser(
-        "demo",
-        parents=parents,
-        help="run a mixed workload through an embedded server and a Worker",
-        description="Start an embedded sepp server (or use --addr), enqueue a mixed "
-        "workload on two queues, process it with a Worker and print a summary. SEPP_ADDR "
-        "is ignored: the demo uses a real server only when --addr is given.",
-    )
-    parser.add_argument(
-        "--jobs", type=int_in(10, 1_000_000), default=3000, metavar="N", help="default 3000"
-    )
-    parser.add_argument("--seed", type=int, default=1, help="workload random seed (default 1)")
-    parser.set_defaults(handler=_cmd_demo)
-
-
-# -- serve and demo -------------------------------------------------------------------
-
-
-async def _cmd_demo(args: argparse.Namespace) -> int:
-    from sepp_lite._demo import run_demo
-
-    return await run_demo(args)
 
 
 # -- main -----------------------------------------------------------------------------
