@@ -9,6 +9,15 @@ wrong API key, an invalid request), a worker was stopped hard, or an unexpected
 internal error; 2 for usage, input and connection errors. Failures are reported as one
 ``error: ...`` line on stderr, with the traceback only under ``--debug``. The API key
 is never printed or logged.
+
+This module builds the parser and runs a command. Each command lives in its own
+module (:mod:`~sepp_lite.cli.serve`, :mod:`~sepp_lite.cli.info`,
+:mod:`~sepp_lite.cli.enqueue`, :mod:`~sepp_lite.cli.worker`,
+:mod:`~sepp_lite.cli.drain`, :mod:`~sepp_lite.cli.demo`), which adds its subparser
+with ``add_parser`` and sets the coroutine that runs it as ``handler``; what they
+share (exit statuses, error reporting, terminal output, argument types, connecting)
+is :mod:`~sepp_lite.cli.common`. Imports go one way: this module, then the commands,
+then ``common``.
 """
 
 from __future__ import annotations
@@ -24,19 +33,9 @@ from typing import NoReturn, Optional
 
 from sepp_lite._version import __version__
 from sepp_lite.cli import demo, drain, enqueue, info, serve, worker
-from sepp_lite.cli.common import (
-    CONNECTION_OPTIONS,
-    EXIT_USAGE,
-    connection_parent,
-    report,
-)
+from sepp_lite.cli.common import CONNECTION_OPTIONS, EXIT_USAGE, connection_parent, report
 
-__all__ = [
-    "build_parser",
-    "main",
-    "misplaced_options",
-]
-
+__all__ = ["build_parser", "main", "misplaced_options"]
 
 _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
