@@ -48,7 +48,7 @@ from sepp_lite import _metrics
 from sepp_lite._httpd import HttpServer, Route, parse_listen_address
 from sepp_lite._tasks import TaskSet
 from sepp_lite.monitor import BEAT_S, Check, WorkerMonitor, health_routes
-from sepp_lite.shutdown import ShutdownHandle
+from sepp_lite.shutdown import ShutdownHandle, signal_handlers
 from sepp_lite.worker import Worker
 
 __all__ = ["Supervisor", "available_cpus", "cgroup_cpu_quota", "process_count", "run_supervised"]
@@ -350,9 +350,7 @@ class Supervisor:
 
     # -- stopping ---------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _signals(self) -> Iterator[None]:
-        loop = asyncio.get_running_loop()
+    def _signals(self) -> contextlib.AbstractContextManager[None]:
         received: list[signal.Signals] = []
 
         def on_signal(signum: signal.Signals) -> None:
@@ -368,14 +366,7 @@ class Supervisor:
                 self._hard = True
                 self._kill_all()
 
-        signals = (signal.SIGINT, signal.SIGTERM)
-        for signum in signals:
-            loop.add_signal_handler(signum, on_signal, signum)
-        try:
-            yield
-        finally:
-            for signum in signals:
-                loop.remove_signal_handler(signum)
+        return signal_handlers(on_signal)
 
     def _begin_stop(self) -> None:
         self._stopping = True
@@ -495,11 +486,9 @@ class _ReportingMonitor(WorkerMonitor):
                 self.worker.shutdown_handle().shutdown()
 
 
-@contextlib.contextmanager
-def _graceful_signals(handle: ShutdownHandle) -> Iterator[None]:
+def _graceful_signals(handle: ShutdownHandle) -> contextlib.AbstractContextManager[None]:
     """SIGINT/SIGTERM start the graceful stop; later ones change nothing (the
     supervisor decides on a hard stop, with SIGKILL)."""
-    loop = asyncio.get_running_loop()
 
     def on_signal(signum: signal.Signals) -> None:
         if handle.is_shutdown:
@@ -508,14 +497,7 @@ def _graceful_signals(handle: ShutdownHandle) -> Iterator[None]:
         logger.info("%s received: shutting down gracefully", signum.name)
         handle.shutdown()
 
-    signals = (signal.SIGINT, signal.SIGTERM)
-    for signum in signals:
-        loop.add_signal_handler(signum, on_signal, signum)
-    try:
-        yield
-    finally:
-        for signum in signals:
-            loop.remove_signal_handler(signum)
+    return signal_handlers(on_signal)
 
 
 async def run_supervised(

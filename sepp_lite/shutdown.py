@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from sepp_lite import _otel
 
@@ -52,6 +52,23 @@ class ShutdownHandle:
 
 
 @contextlib.contextmanager
+def signal_handlers(
+    on_signal: Callable[[signal.Signals], None],
+    signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM),
+) -> Iterator[None]:
+    """While the block runs, the running loop calls ``on_signal(signum)`` for each of
+    ``signals``; the handlers are removed on the way out."""
+    loop = asyncio.get_running_loop()
+    for signum in signals:
+        loop.add_signal_handler(signum, on_signal, signum)
+    try:
+        yield
+    finally:
+        for signum in signals:
+            loop.remove_signal_handler(signum)
+
+
+@contextlib.contextmanager
 def shutdown_on_signals(
     *handles: ShutdownHandle,
     signals: Sequence[signal.Signals] = (signal.SIGINT, signal.SIGTERM),
@@ -65,7 +82,6 @@ def shutdown_on_signals(
         with shutdown_on_signals(worker.shutdown_handle()):
             await worker.run()
     """
-    loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     received = []
 
@@ -79,10 +95,5 @@ def shutdown_on_signals(
             logger.warning("%s received again: stopping now", signum.name)
             task.cancel()
 
-    for signum in signals:
-        loop.add_signal_handler(signum, on_signal, signum)
-    try:
+    with signal_handlers(on_signal, signals):
         yield
-    finally:
-        for signum in signals:
-            loop.remove_signal_handler(signum)
