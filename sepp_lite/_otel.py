@@ -11,10 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from sepp_lite.types import TraceContext
+from typing import Any, Protocol
 
 try:
     from opentelemetry import context as otel_context
@@ -40,19 +37,19 @@ def current_headers() -> tuple[str, str | None] | None:
     return traceparent, carrier.get("tracestate") or None
 
 
-def trace_context_from_current() -> TraceContext | None:
-    headers = current_headers()
-    if headers is None:
-        return None
-    from sepp_lite.types import TraceContext, TraceContextError
+class TraceHeaders(Protocol):
+    """The W3C headers of a trace context, as the helpers below read them. Declared here
+    rather than imported: :class:`sepp_lite.types.TraceContext` (which is one) calls this
+    module, so this module must not need the value types."""
 
-    try:
-        return TraceContext(*headers)
-    except TraceContextError:
-        return None
+    @property
+    def traceparent(self) -> str: ...
+
+    @property
+    def tracestate(self) -> str | None: ...
 
 
-def _extract(tc: TraceContext) -> Any:
+def _extract(tc: TraceHeaders) -> Any:
     carrier = {"traceparent": tc.traceparent}
     if tc.tracestate is not None:
         carrier["tracestate"] = tc.tracestate
@@ -60,7 +57,7 @@ def _extract(tc: TraceContext) -> Any:
 
 
 @contextlib.contextmanager
-def attach_trace_context(tc: TraceContext) -> Iterator[None]:
+def attach_trace_context(tc: TraceHeaders) -> Iterator[None]:
     """Make ``tc`` the current OpenTelemetry context inside the ``with`` block."""
     if not AVAILABLE:
         yield
@@ -72,7 +69,7 @@ def attach_trace_context(tc: TraceContext) -> Iterator[None]:
         otel_context.detach(token)
 
 
-def span_context_of(tc: TraceContext) -> Any:
+def span_context_of(tc: TraceHeaders) -> Any:
     """``tc`` as a valid OpenTelemetry ``SpanContext``, else ``None``."""
     if not AVAILABLE:
         return None
@@ -159,7 +156,7 @@ def mark_error(span: Any, error: BaseException | str) -> None:
 
 
 def consumer_span(
-    job_id: str, job_type: str, attempt: int, producer: TraceContext | None
+    job_id: str, job_type: str, attempt: int, producer: TraceHeaders | None
 ) -> contextlib.AbstractContextManager[Any]:
     """The CONSUMER span ``sepp.process`` around one job's handler and its ack/nack,
     linked (not parented) to the producer's span when the job carries a valid trace

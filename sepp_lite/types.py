@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
+from sepp_lite import _otel
 from sepp_lite._names import queue_name_error
 from sepp_lite._time import Duration, as_timedelta
 
@@ -164,22 +165,22 @@ class TraceContext:
     def from_current_otel(cls) -> TraceContext | None:
         """The active OpenTelemetry span as a trace context, or ``None`` when there is
         no valid span or OpenTelemetry is not installed."""
-        from sepp_lite import _otel
-
-        return _otel.trace_context_from_current()
+        headers = _otel.current_headers()
+        if headers is None:
+            return None
+        try:
+            return TraceContext(*headers)
+        except TraceContextError:
+            return None
 
     def attach_to_otel(self) -> contextlib.AbstractContextManager[None]:
         """A context manager that makes this the current OpenTelemetry context;
         a no-op without OpenTelemetry."""
-        from sepp_lite import _otel
-
         return _otel.attach_trace_context(self)
 
     def otel_span_context(self) -> Any:
         """This context as an OpenTelemetry ``SpanContext`` (for a span link), or
         ``None`` when it is not valid or OpenTelemetry is not installed."""
-        from sepp_lite import _otel
-
         return _otel.span_context_of(self)
 
 

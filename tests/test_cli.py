@@ -19,6 +19,7 @@ from grpclib.exceptions import GRPCError
 
 import sepp_lite as sepp
 from sepp_lite import cli
+from sepp_lite.cli import common, enqueue
 from sepp_lite.errors import Status
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import free_port, unique_queue
@@ -139,13 +140,13 @@ def test_misplaced_options_leave_good_command_lines_alone() -> None:
 
 def test_a_tls_mismatch_hint_follows_the_transports_verdict() -> None:
     error = sepp.ConnectError("h:1", "connection lost")
-    assert cli.describe(error) == "cannot connect to the sepp server at h:1: connection lost"
+    assert common.describe(error) == "cannot connect to the sepp server at h:1: connection lost"
     error.server_uses_tls = True  # type: ignore[attr-defined]
-    assert cli.describe(error).endswith(
+    assert common.describe(error).endswith(
         "; is the server using TLS? try --tls (or --ca FILE for a private CA)"
     )
     error.server_uses_tls = False  # type: ignore[attr-defined]
-    assert cli.describe(error).endswith(
+    assert common.describe(error).endswith(
         "; is the server not using TLS? try without --tls, --ca and https://"
     )
 
@@ -168,14 +169,14 @@ def test_a_tls_mismatch_hint_follows_the_transports_verdict() -> None:
     ],
 )
 def test_custom_values_are_typed(text: str, value: object) -> None:
-    parsed = cli.parse_custom_value(text)
+    parsed = enqueue.parse_custom_value(text)
     assert parsed == value and type(parsed) is type(value)
 
 
 def test_custom_ints_must_fit_64_bits() -> None:
-    assert cli.parse_custom_value(str(2**63 - 1)) == 2**63 - 1
+    assert enqueue.parse_custom_value(str(2**63 - 1)) == 2**63 - 1
     with pytest.raises(ValueError, match="64 bits"):
-        cli.parse_custom_value(str(2**63))
+        enqueue.parse_custom_value(str(2**63))
 
 
 # -- info -----------------------------------------------------------------------------
@@ -519,13 +520,13 @@ async def test_progress_bar_only_on_a_terminal(
 
 
 def test_progress_bar_text() -> None:
-    bar = cli.ProgressBar(io.StringIO(), 1000)
+    bar = common.ProgressBar(io.StringIO(), 1000)
     expected = "[######------------------] 250/1,000  25%  125 lines/s  ETA 0:06"
     assert bar.render(250, 2.0) == expected
     assert bar.render(0, 0.0).endswith("0 lines/s  ETA --:--")
-    assert cli.ProgressBar(io.StringIO(), None).render(500, 2.0) == "500 lines  250 lines/s"
+    assert common.ProgressBar(io.StringIO(), None).render(500, 2.0) == "500 lines  250 lines/s"
     assert not bar.enabled  # a StringIO is no terminal
-    assert cli.clock(3725) == "1:02:05" and cli.clock(59.6) == "1:00"
+    assert common.clock(3725) == "1:02:05" and common.clock(59.6) == "1:00"
 
 
 # -- drain-dead-letters ---------------------------------------------------------------

@@ -14,7 +14,8 @@ from datetime import datetime, timezone
 
 import pytest
 
-from sepp_lite import _demo, cli
+from sepp_lite import cli
+from sepp_lite.cli import demo
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import free_port
 
@@ -52,7 +53,7 @@ async def plain_server() -> AsyncIterator[SeppTestServer]:
 
 def test_the_workload_mix() -> None:
     now = datetime.now(timezone.utc)
-    jobs = _demo.build_workload(3000, random.Random(1), ("orders", "emails"), "r", now)
+    jobs = demo.build_workload(3000, random.Random(1), ("orders", "emails"), "r", now)
     assert len(jobs) == 3000
     types = {job.job_type for job in jobs}
     assert types == {"order.charge", "order.ship", "email.send", "report.render", "webhook.deliver"}
@@ -66,16 +67,16 @@ def test_the_workload_mix() -> None:
     bounces = [job for job in jobs if job.payload and b'"bounce":true' in job.payload.data]
     assert len(bounces) == 3 and all(job.max_attempts == 3 for job in bounces)
     # The same seed gives the same workload.
-    again = _demo.build_workload(3000, random.Random(1), ("orders", "emails"), "r", now)
+    again = demo.build_workload(3000, random.Random(1), ("orders", "emails"), "r", now)
     assert [job.payload for job in again] == [job.payload for job in jobs]
 
 
 def test_percentile() -> None:
     values = [float(v) for v in range(1, 101)]
-    assert _demo.percentile(values, 50) == 50.0
-    assert _demo.percentile(values, 99) == 99.0
-    assert _demo.percentile([7.0], 99) == 7.0
-    assert _demo.percentile([], 50) is None
+    assert demo.percentile(values, 50) == 50.0
+    assert demo.percentile(values, 99) == 99.0
+    assert demo.percentile([7.0], 99) == 7.0
+    assert demo.percentile([], 50) is None
 
 
 async def test_demo_on_the_embedded_server_adds_up(
@@ -126,7 +127,7 @@ async def test_demo_that_cannot_connect_is_exit_2(capsys: pytest.CaptureFixture[
 
 
 async def test_tally_is_done_only_after_producing() -> None:
-    tally = _demo.Tally()
+    tally = demo.Tally()
     tally.enqueued = 2
     tally.on_ack("a")
     tally.on_nack(True)

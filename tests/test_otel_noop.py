@@ -98,7 +98,7 @@ def test_every_hook_is_a_shared_noop(no_otel: None) -> None:
     with live_telemetry() as emitted:
         assert _otel.current_headers() is None
         assert _otel.call_metadata() == ()
-        assert _otel.trace_context_from_current() is None
+        assert TraceContext.from_current_otel() is None
         metrics = _otel.WorkerMetrics()
         assert metrics.enabled is False
         metrics.processed()

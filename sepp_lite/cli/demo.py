@@ -28,13 +28,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Optional, cast
 
-from sepp_lite import cli
+from sepp_lite.cli.common import EXIT_OK, EXIT_REFUSED, Commands, StatusLine, connect, int_in
 from sepp_lite.client import SeppClient
 from sepp_lite.errors import JobRejection
 from sepp_lite.types import EnqueueAck, EnqueueRequest, JobCtx, Payload, RetryDirective
 from sepp_lite.worker import HandlerError, Worker
 
-__all__ = ["DemoResult", "Tally", "build_workload", "render_summary", "run_demo"]
+__all__ = ["DemoResult", "Tally", "add_parser", "build_workload", "render_summary", "run_demo"]
 
 _LEASE_S = 30.0
 _MAX_IN_FLIGHT = 64
@@ -47,6 +47,23 @@ _FLAKY_SHARE = 0.04
 # enqueue-to-ack times would only measure how long the burst takes to drain.
 _PRODUCER_BATCH = 64
 _BACKLOG = 4 * _MAX_IN_FLIGHT
+
+
+def add_parser(commands: Commands, parents: list[argparse.ArgumentParser]) -> None:
+    """Add ``demo`` to ``commands``."""
+    parser = commands.add_parser(
+        "demo",
+        parents=parents,
+        help="run a mixed workload through an embedded server and a Worker",
+        description="Start an embedded sepp server (or use --addr), enqueue a mixed "
+        "workload on two queues, process it with a Worker and print a summary. SEPP_ADDR "
+        "is ignored: the demo uses a real server only when --addr is given.",
+    )
+    parser.add_argument(
+        "--jobs", type=int_in(10, 1_000_000), default=3000, metavar="N", help="default 3000"
+    )
+    parser.add_argument("--seed", type=int, default=1, help="workload random seed (default 1)")
+    parser.set_defaults(handler=run_demo)
 
 
 @dataclass
@@ -330,7 +347,7 @@ def _progress_text(tally: Tally, total: int, elapsed: float) -> str:
     )
 
 
-async def _show_progress(tally: Tally, total: int, line: cli.StatusLine, started: float) -> None:
+async def _show_progress(tally: Tally, total: int, line: StatusLine, started: float) -> None:
     while line.enabled:
         line.show(_progress_text(tally, total, time.monotonic() - started))
         await asyncio.sleep(0.1)
@@ -374,7 +391,7 @@ async def _process(
         shutdown_timeout=5.0,
     )
     register_handlers(worker, random.Random(seed + 1))
-    line = cli.StatusLine(sys.stderr)
+    line = StatusLine(sys.stderr)
     started = time.monotonic()
     running = asyncio.ensure_future(worker.run())
     ticker = asyncio.ensure_future(_show_progress(tally, result.planned, line, started))
@@ -415,7 +432,7 @@ async def run_demo(args: argparse.Namespace) -> int:
         where = f"embedded sepp server at {addr}" if embedded else f"sepp server at {addr}"
         jobs = build_workload(args.jobs, rng, queues, run_id, datetime.now(timezone.utc))
         result = DemoResult(where, queues, len(jobs), Tally(), 0.0, False)
-        connected = await cli.connect(args, addr=addr, client_class=_CountingClient)
+        connected = await connect(args, addr=addr, client_class=_CountingClient)
         client = cast(_CountingClient, connected)
         try:
             await _process(client, jobs, result, args.seed)
@@ -426,8 +443,8 @@ async def run_demo(args: argparse.Namespace) -> int:
     print("\n".join(render_summary(result)))
     if not result.adds_up:
         print(f"error: {_shortfall(result)}", file=sys.stderr)
-        return cli.EXIT_REFUSED
-    return cli.EXIT_OK
+        return EXIT_REFUSED
+    return EXIT_OK
 
 
 def _shortfall(result: DemoResult) -> str:

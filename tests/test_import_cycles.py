@@ -1,0 +1,173 @@
+"""No two sepp_lite modules import each other, directly or through others.
+
+The graph is read from the source with ``ast``, so it holds every import a module can
+run: at module level, inside functions (where a cycle hides from ``python -c 'import
+...'``), under ``TYPE_CHECKING`` and in ``try`` blocks, plus ``importlib.import_module``
+with a literal name. A module's parent packages are not edges: importing
+``sepp_lite.cli.common`` runs ``sepp_lite/cli/__init__.py`` first, but a package that
+imports its own modules is how a package is built, and counting it would make every
+module part of a cycle with its package.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import sepp_lite
+
+Graph = dict[str, dict[str, str]]  # module -> {imported module: "path:line" of the import}
+
+
+def modules_of(package_dir: Path) -> dict[str, Path]:
+    """Every module of the package in ``package_dir``, by dotted name."""
+    found = {}
+    for path in sorted(package_dir.rglob("*.py")):
+        parts = list(path.relative_to(package_dir.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _imported(module: str, path: Path, node: ast.AST, modules: set[str]) -> Iterator[str]:
+    """The modules of ``modules`` that the import ``node`` in ``module`` loads."""
+    if isinstance(node, ast.Import):
+        yield from (alias.name for alias in node.names if alias.name in modules)
+    elif isinstance(node, ast.ImportFrom):
+        base = node.module or ""
+        if node.level:
+            package = module.split(".")
+            if path.name != "__init__.py":
+                package.pop()
+            package = package[: len(package) - node.level + 1]
+            base = ".".join(package + ([base] if base else []))
+        for alias in node.names:
+            # `from package import module` loads that module; any other name is the
+            # package's own (its __init__ defines or re-exports it).
+            submodule = f"{base}.{alias.name}"
+            yield submodule if submodule in modules else base
+    elif (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr == "import_module"
+        and node.args
+        and isinstance(node.args[0], ast.Constant)
+        and node.args[0].value in modules
+    ):
+        yield node.args[0].value
+
+
+def import_graph(package_dir: Path) -> Graph:
+    """Who imports whom among the modules of the package in ``package_dir``."""
+    modules = modules_of(package_dir)
+    graph: Graph = {name: {} for name in modules}
+    for module, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            for name in _imported(module, path, node, set(modules)):
+                if name in modules and name != module:
+                    where = f"{path.relative_to(package_dir.parent)}:{node.lineno}"
+                    graph[module].setdefault(name, where)
+    return graph
+
+
+def _reachable(graph: Graph, start: str) -> set[str]:
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for target in graph[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def find_cycles(graph: Graph) -> list[list[str]]:
+    """One cycle (``[a, b, ..., a]``) through each group of modules that import each
+    other (each strongly connected component of ``graph``)."""
+    reach = {node: _reachable(graph, node) for node in graph}
+    cycles: list[list[str]] = []
+    covered: set[str] = set()
+    for node in sorted(graph):
+        if node in reach[node] and node not in covered:
+            component = {other for other in reach[node] if node in reach[other]}
+            covered |= component
+            cycles.append(_cycle_in(graph, component))
+    return cycles
+
+
+def _cycle_in(graph: Graph, component: set[str]) -> list[str]:
+    """A shortest path from the component's first module back to itself."""
+    start = min(component)
+    paths = {start: [start]}
+    frontier = [start]
+    while frontier:
+        following = []
+        for node in frontier:
+            for target in sorted(graph[node]):
+                if target == start:
+                    return paths[node] + [start]
+                if target in component and target not in paths:
+                    paths[target] = paths[node] + [target]
+                    following.append(target)
+        frontier = following
+    raise AssertionError(f"no cycle in the component {component}")  # pragma: no cover
+
+
+def describe(graph: Graph, cycle: list[str]) -> str:
+    steps = [f"  {a} -> {b}   ({graph[a][b]})" for a, b in zip(cycle, cycle[1:])]
+    return "\n".join([" -> ".join(cycle), *steps])
+
+
+def test_sepp_lite_has_no_import_cycles() -> None:
+    package_dir = Path(sepp_lite.__file__).parent
+    graph = import_graph(package_dir)
+    # The reader sees the package: the CLI and the value types are in the graph with
+    # the imports that once closed cycles through them.
+    assert "sepp_lite._otel" in graph["sepp_lite.types"]
+    assert "sepp_lite.cli.demo" in graph["sepp_lite.cli"]
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n\n".join(describe(graph, c) for c in cycles)
+
+
+def _write(root: Path, files: dict[str, str]) -> None:
+    for name, text in files.items():
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+
+
+def test_the_cycle_finder_sees_imports_hidden_in_functions_and_type_checking(
+    tmp_path: Path,
+) -> None:
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from pkg.a import A\n",
+            "pkg/a.py": "from pkg import b\nA = 1\n",
+            "pkg/b.py": "def f():\n    from .sub import c\n",
+            "pkg/sub/__init__.py": "",
+            "pkg/sub/c.py": "import importlib\n\ndef g():\n    importlib.import_module('pkg.a')\n",
+            "pkg/d.py": "import typing\nif typing.TYPE_CHECKING:\n    from . import e\n",
+            "pkg/e.py": "try:\n    import pkg.d\nexcept ImportError:\n    pass\n",
+            "pkg/f.py": "from pkg import A\n",  # a name of the package: an edge to it
+            "pkg/leaf.py": "import os\nfrom pkg.sub import c\n",
+        },
+    )
+    graph = import_graph(tmp_path / "pkg")
+    assert graph["pkg"] == {"pkg.a": "pkg/__init__.py:1"}
+    assert graph["pkg.b"] == {"pkg.sub.c": "pkg/b.py:2"}
+    assert graph["pkg.f"] == {"pkg": "pkg/f.py:1"}
+    assert graph["pkg.leaf"] == {"pkg.sub.c": "pkg/leaf.py:2"}
+    cycles = sorted(find_cycles(graph))
+    assert cycles == [["pkg.a", "pkg.b", "pkg.sub.c", "pkg.a"], ["pkg.d", "pkg.e", "pkg.d"]]
+    assert "  pkg.sub.c -> pkg.a   (pkg/sub/c.py:4)" in describe(graph, cycles[0]).splitlines()
+
+
+if __name__ == "__main__":  # pragma: no cover - a quick look at the graph
+    found = import_graph(Path(sepp_lite.__file__).parent)
+    for module in sorted(found):
+        print(module, "->", ", ".join(sorted(found[module])) or "-", file=sys.stdout)
