@@ -253,5 +253,7 @@ async def test_grpcio_default_ping_policy_sends_too_many_pings_and_client_backs_
         assert after > 1.5 * before, (before, after)  # 0.2 s, then 0.4 s: doubled
     told = [goaway for goaway in tap.goaways() if goaway.debug == b"too_many_pings"]
     warnings = client_records(caplog.records, above=logging.INFO)
-    assert len(warnings) == len(told), warnings
+    # One warning per GOAWAY the client read; the second connection's may come as the
+    # client is closing it, seen by the tap but never read.
+    assert 1 <= len(warnings) <= len(told), (warnings, told)
     assert all(r.levelno == logging.WARNING for r in warnings), warnings
