@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import struct
-from collections.abc import AsyncIterator, Awaitable, Iterator, Sequence
+from collections.abc import Awaitable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional, Union
 
@@ -64,6 +64,7 @@ from tests.h2_peer import (
     answer,
     frame_header,
     grpc_message,
+    memory_peak,
     valid_answer,
 )
 
@@ -518,52 +519,6 @@ FLOODS: dict[str, list[Action]] = {
         Flood(FrameType.DATA, b"\xff" + b"\0" * 255, FLOOD // 256, flags=PADDED, flow=True),
     ],
 }
-
-
-@dataclass
-class Peak:
-    bytes: int = 0
-    traced: bool = True
-
-
-@contextlib.asynccontextmanager
-async def memory_peak() -> AsyncIterator[Peak]:
-    """The peak memory growth inside the block: the traced Python allocations where
-    tracemalloc exists (CPython), else the resident set sampled every 5 ms (PyPy has
-    no tracemalloc; its bound is looser, as a moving GC's heap is)."""
-    peak = Peak()
-    try:
-        import tracemalloc
-    except ImportError:
-        peak.traced = False
-        base = _rss()
-
-        async def sample() -> None:
-            while True:
-                peak.bytes = max(peak.bytes, _rss() - base)
-                await asyncio.sleep(0.005)
-
-        sampler = asyncio.ensure_future(sample())
-        try:
-            yield peak
-        finally:
-            sampler.cancel()
-            await asyncio.gather(sampler, return_exceptions=True)
-        return
-    tracemalloc.start()
-    try:
-        yield peak
-        peak.bytes = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
-
-
-def _rss() -> int:
-    with open("/proc/self/status") as status:
-        for line in status:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS in /proc/self/status")
 
 
 @pytest.mark.parametrize("kind", sorted(FLOODS))
