@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import interpreter, per_op_us
 
-from sepp_lite._codec import client as codec
+from sepp_lite._codec.enqueue import write_enqueue_request
+from sepp_lite._codec.job import decode_reserve_response
 from sepp_lite._proto.sepp import v1 as pb
 from sepp_lite.types import EnqueueRequest, Payload
 
@@ -83,12 +84,12 @@ def betterproto_request(req: EnqueueRequest) -> pb.EnqueueRequest:
 def measure() -> dict[str, float]:
     req = enqueue_request()
     data = reserve_response()
-    assert codec.enqueue_body(req) == bytes(betterproto_request(req))
-    jobs, problems = codec.decode_reserve(data)
+    assert write_enqueue_request(req) == bytes(betterproto_request(req))
+    jobs, problems = decode_reserve_response(data)
     assert len(jobs) == 100 and not problems
     return {
-        "encode_enqueue_us": per_op_us(lambda: codec.enqueue_body(req), 1),
-        "decode_job_us": per_op_us(lambda: codec.decode_reserve(data), 100),
+        "encode_enqueue_us": per_op_us(lambda: write_enqueue_request(req), 1),
+        "decode_job_us": per_op_us(lambda: decode_reserve_response(data), 100),
         # betterproto: building the message object is part of its encode cost.
         "betterproto_encode_enqueue_us": per_op_us(
             lambda: bytes(betterproto_request(req)), 1, rounds=3

@@ -36,7 +36,7 @@ from datetime import datetime, timedelta, timezone
 from typing import IO, Any, Callable, NoReturn, Optional
 
 from sepp_lite import errors
-from sepp_lite._codec import client as codec
+from sepp_lite._codec.enqueue import write_enqueue_request
 from sepp_lite._version import __version__
 from sepp_lite.client import SeppClient
 from sepp_lite.shutdown import shutdown_on_signals
@@ -679,7 +679,7 @@ def _check_enqueue_args(args: argparse.Namespace) -> None:
 def _check_request(request: EnqueueRequest) -> int:
     """Run the client's own encoder on ``request`` (what enqueue would refuse before
     sending); return the encoded size."""
-    return len(codec.enqueue_body(request))
+    return len(write_enqueue_request(request))
 
 
 def _payload_from_args(args: argparse.Namespace) -> Optional[Payload]:

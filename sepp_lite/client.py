@@ -16,7 +16,27 @@ from typing import Any, Optional
 from grpclib.client import Channel
 
 from sepp_lite import _codec, _otel, errors
-from sepp_lite._codec import client as codec
+from sepp_lite._codec.dead_letters import (
+    decode_drain_dead_letters_response,
+    encode_drain_dead_letters_request,
+)
+from sepp_lite._codec.enqueue import (
+    decode_enqueue_atomic_response,
+    decode_enqueue_batch_response,
+    encode_enqueue_batch_request,
+    trace_context_field,
+)
+from sepp_lite._codec.job import decode_reserve_response, encode_reserve_request
+from sepp_lite._codec.lease import (
+    decode_ack_response,
+    decode_extend_response,
+    decode_nack_response,
+    encode_ack_request,
+    encode_extend_request,
+    encode_nack_request,
+    nack_retry_field,
+)
+from sepp_lite._codec.server_info import decode_get_server_info_response
 from sepp_lite._lease import Lease
 from sepp_lite._redact import protect_credentials_in_logs
 from sepp_lite._retry import call_with_retry
@@ -256,9 +276,9 @@ class SeppClient:
         """
         batch = self._checked_batch(jobs)
         with _otel.client_span("sepp.enqueue", {"sepp.batch_size": len(batch)}):
-            request = codec.encode_enqueue_batch(batch, _injected_trace())
+            request = encode_enqueue_batch_request(batch, _injected_trace())
             data = await self._rpc("EnqueueBatch", request, all_keyed=_all_keyed(batch))
-        results = codec.decode_enqueue_batch(data)
+        results = decode_enqueue_batch_response(data)
         if len(results) != len(batch):
             raise errors.BatchResultCountMismatchError(len(batch), len(results))
         if None in results:
@@ -280,9 +300,9 @@ class SeppClient:
         :meth:`enqueue_batch`."""
         batch = self._checked_batch(jobs)
         with _otel.client_span("sepp.enqueue_atomic", {"sepp.batch_size": len(batch)}):
-            request = codec.encode_enqueue_batch(batch, _injected_trace())
+            request = encode_enqueue_batch_request(batch, _injected_trace())
             data = await self._rpc("EnqueueAtomic", request, all_keyed=_all_keyed(batch))
-        outcome = codec.decode_enqueue_atomic(data)
+        outcome = decode_enqueue_atomic_response(data)
         if outcome is None:
             raise errors.MalformedResponseError("EnqueueAtomic answered with no outcome")
         kind, items = outcome
@@ -310,12 +330,12 @@ class SeppClient:
         if not isinstance(opts, ReserveOptions):
             raise TypeError(f"reserve() takes ReserveOptions, got {type(opts).__name__}")
         opts.__post_init__()  # the dataclass is mutable: check what is sent now
-        request = codec.encode_reserve(opts, max_jobs)
+        request = encode_reserve_request(opts, max_jobs)
         timeout = opts.wait_timeout.total_seconds() + _RESERVE_SLACK_S
         attributes = {"sepp.worker_id": opts.worker_id or "<none>"}
         with _otel.client_span("sepp.reserve", attributes) as span:
             data = await self._rpc("Reserve", request, kind="reserve", retry=False, timeout=timeout)
-            jobs, problems = codec.decode_reserve(data)
+            jobs, problems = decode_reserve_response(data)
             if span is not None:
                 span.set_attribute("sepp.jobs", len(jobs))
         for problem in problems:
@@ -333,9 +353,9 @@ class SeppClient:
         holds the lease. Retried per the policy (so a JobNotFound may follow an earlier
         attempt that succeeded but lost its answer)."""
         worker_id = _worker_id(ctx)
-        request = codec.encode_ack(ctx.id, ctx.attempt, worker_id)
+        request = encode_ack_request(ctx.id, ctx.attempt, worker_id)
         with _otel.client_span("sepp.ack", _lease_attributes(ctx, worker_id)):
-            codec.decode_ack(await self._rpc("Ack", request, kind="lease"))
+            decode_ack_response(await self._rpc("Ack", request, kind="lease"))
 
     async def nack(
         self,
@@ -352,11 +372,11 @@ class SeppClient:
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a str, got {type(reason).__name__}")
         worker_id = _worker_id(ctx)
-        retry_field = codec.nack_retry_field(retry.kind, retry.delay)
-        request = codec.encode_nack(ctx.id, ctx.attempt, reason or None, retry_field, worker_id)
+        retry_field = nack_retry_field(retry.kind, retry.delay)
+        request = encode_nack_request(ctx.id, ctx.attempt, reason or None, retry_field, worker_id)
         with _otel.client_span("sepp.nack", _lease_attributes(ctx, worker_id)):
             data = await self._rpc("Nack", request, kind="lease")
-        return codec.decode_nack(data)[1]
+        return decode_nack_response(data).dead_lettered
 
     async def extend(self, ctx: JobCtx, extension: Duration) -> datetime:
         """Extend a job's lease to ``extension`` from now; return the new expiry. Unlike
@@ -369,7 +389,7 @@ class SeppClient:
     async def _extend_raw(
         self, job_id: str, attempt: int, lease: timedelta, worker_id: Optional[str]
     ) -> datetime:
-        request = codec.encode_extend(job_id, attempt, lease, worker_id)
+        request = encode_extend_request(job_id, attempt, lease, worker_id)
         attributes = {
             "sepp.job_id": job_id,
             "sepp.attempt": attempt,
@@ -377,7 +397,7 @@ class SeppClient:
         }
         with _otel.client_span("sepp.extend", attributes):
             data = await self._rpc("Extend", request, kind="lease")
-        expiry = codec.decode_extend(data)[1]
+        expiry = decode_extend_response(data).lease_expires_at
         if expiry is None:
             raise errors.MalformedResponseError("Extend answered without a valid lease expiry")
         return expiry
@@ -390,7 +410,7 @@ class SeppClient:
         answer."""
         with _otel.client_span("sepp.get_server_info"):
             data = await self._rpc("GetServerInfo", b"")
-        self._server_info = codec.decode_server_info(data)
+        self._server_info = decode_get_server_info_response(data)
         return self._server_info
 
     async def drain_dead_letters(
@@ -407,11 +427,11 @@ class SeppClient:
             raise ValueError("queue must be a non-empty str or None")
         if max_records == 0:
             return []
-        request = codec.encode_drain(queue, max_records)
+        request = encode_drain_dead_letters_request(queue, max_records)
         attributes = {"sepp.queue": queue or "<all>"}
         with _otel.client_span("sepp.drain_dead_letters", attributes) as span:
             data = await self._rpc("DrainDeadLetters", request, retry=False)
-            records, problems = codec.decode_drain(data)
+            records, problems = decode_drain_dead_letters_response(data)
             if span is not None:
                 span.set_attribute("sepp.drained", len(records))
         for problem in problems:
@@ -456,7 +476,7 @@ def _injected_trace() -> bytes:
     if not _otel.AVAILABLE:
         return b""
     headers = _otel.current_headers()
-    return b"" if headers is None else codec.trace_field(*headers)
+    return b"" if headers is None else trace_context_field(*headers)
 
 
 def _worker_id(ctx: JobCtx) -> str | None:
