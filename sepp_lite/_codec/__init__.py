@@ -21,8 +21,9 @@ bad bytes. A message nested in another is ``write_<message>`` / ``read_<message>
 start, stop)`` (a body, unguarded: the enclosing ``decode_*`` turns its failures into
 DecodeError), and ``*_field`` returns a whole field, tag and length included.
 
-Decoded requests are slotted ``*In`` classes that keep field presence (``None`` for an
-absent field); decoded responses are domain values, or small NamedTuples where the
-response is a pair. The generated betterproto messages in ``sepp_lite._proto`` stay the
+Decoded requests are ``*In`` records (slotted classes, or a NamedTuple) that keep field
+presence (``None`` for an absent field); decoded responses are domain values, or
+NamedTuples (``JobMessage``, ``DeadLetterMessage`` before the client's checks, and the
+Nack and Extend answers). The generated betterproto messages in ``sepp_lite._proto`` stay the
 schema-true reference: the tests hold this codec to them and to Google's protobuf.
 """
