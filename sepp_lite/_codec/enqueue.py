@@ -13,6 +13,7 @@ from sepp_lite import errors
 from sepp_lite._codec._wire import (
     check_uint32,
     datetime_body,
+    field_bool,
     field_bytes,
     field_str,
     field_uint,
@@ -236,8 +237,8 @@ EnqueueOutcome = Union[tuple[str, bool], errors.JobRejection]
 
 
 def write_enqueue_response(job_id: str, deduplicated: bool) -> bytes:
-    return field_str(ENQUEUE_RESPONSE_JOB_ID, job_id) + (
-        field_uint(ENQUEUE_RESPONSE_DEDUPLICATED, 1) if deduplicated else b""
+    return field_str(ENQUEUE_RESPONSE_JOB_ID, job_id) + field_bool(
+        ENQUEUE_RESPONSE_DEDUPLICATED, deduplicated
     )
 
 

@@ -13,11 +13,11 @@ from typing import Callable, NamedTuple, Optional
 
 from sepp_lite._codec._wire import (
     check_uint32,
+    field_bool,
     field_bytes,
     field_str,
     field_uint,
     guarded,
-    key,
     ms_body,
     read_fields,
     read_into,
@@ -208,12 +208,11 @@ def encode_ack_response(job_id: str) -> bytes:
     return _job_id_field(ACK_RESPONSE_JOB_ID, job_id)
 
 
-_DEAD_LETTERED = key(NACK_RESPONSE_DEAD_LETTERED) + b"\x01"
-
-
 def encode_nack_response(job_id: str, dead_lettered: bool) -> bytes:
     """``NackResponse``."""
-    return _job_id_field(NACK_RESPONSE_JOB_ID, job_id) + (_DEAD_LETTERED if dead_lettered else b"")
+    return _job_id_field(NACK_RESPONSE_JOB_ID, job_id) + field_bool(
+        NACK_RESPONSE_DEAD_LETTERED, dead_lettered
+    )
 
 
 def encode_extend_response(job_id: str, lease_expires_ms: int) -> bytes:
