@@ -4,6 +4,12 @@ Bars (issue 2): encoding one EnqueueRequest (256-byte payload, idempotency key,
 priority, two custom entries) <= 5 us on CPython 3.11 and <= 1.5 us on PyPy; decoding
 a 100-job ReserveResponse <= 15 us per job on CPython and <= 3 us on PyPy, domain
 value objects included. Run: ``python bench/codec.py [--json FILE]``.
+
+Wall-clock figures on a shared machine are noisy. ``--ops N --row encode|decode`` runs
+one sepp_lite row N times without timing, for an instruction count that does not depend
+on the load: ``valgrind --tool=callgrind python bench/codec.py --ops N --row ROW`` with
+``PYTHONHASHSEED=0``, for N = 0 and N > 0; the difference over N is the cost of one
+encode, or of one 100-job decode.
 """
 
 from __future__ import annotations
@@ -21,7 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _timing import interpreter, per_op_us
 
-from sepp_lite._codec import client as codec
+from sepp_lite._codec.enqueue import write_enqueue_request
+from sepp_lite._codec.job import decode_reserve_response
 from sepp_lite._proto.sepp import v1 as pb
 from sepp_lite.types import EnqueueRequest, Payload
 
@@ -83,12 +90,12 @@ def betterproto_request(req: EnqueueRequest) -> pb.EnqueueRequest:
 def measure() -> dict[str, float]:
     req = enqueue_request()
     data = reserve_response()
-    assert codec.enqueue_body(req) == bytes(betterproto_request(req))
-    jobs, problems = codec.decode_reserve(data)
+    assert write_enqueue_request(req) == bytes(betterproto_request(req))
+    jobs, problems = decode_reserve_response(data)
     assert len(jobs) == 100 and not problems
     return {
-        "encode_enqueue_us": per_op_us(lambda: codec.enqueue_body(req), 1),
-        "decode_job_us": per_op_us(lambda: codec.decode_reserve(data), 100),
+        "encode_enqueue_us": per_op_us(lambda: write_enqueue_request(req), 1),
+        "decode_job_us": per_op_us(lambda: decode_reserve_response(data), 100),
         # betterproto: building the message object is part of its encode cost.
         "betterproto_encode_enqueue_us": per_op_us(
             lambda: bytes(betterproto_request(req)), 1, rounds=3
@@ -99,10 +106,29 @@ def measure() -> dict[str, float]:
     }
 
 
+def run_fixed(row: str, ops: int) -> None:
+    """``ops`` operations of one row, untimed (after one of each, so that N = 0 pays
+    for the same imports, data and caches as N > 0)."""
+    req = enqueue_request()
+    data = reserve_response()
+    operation = {
+        "encode": lambda: write_enqueue_request(req),
+        "decode": lambda: decode_reserve_response(data),
+    }[row]
+    operation()
+    for _ in range(ops):
+        operation()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--ops", type=int, help="run one row this many times, untimed")
+    parser.add_argument("--row", choices=["encode", "decode"], default="encode")
     args = parser.parse_args()
+    if args.ops is not None:
+        run_fixed(args.row, args.ops)
+        return 0
     figures = measure()
     encode_bar, decode_bar = BARS.get(platform.python_implementation(), BARS["CPython"])
     print(f"codec benchmark on {interpreter()} (median of rounds, microseconds)")

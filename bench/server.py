@@ -32,7 +32,9 @@ from _timing import interpreter
 from grpclib.client import Channel, UnaryUnaryMethod
 from grpclib.encoding.base import CodecBase
 
-from sepp_lite._codec import client as codec
+from sepp_lite._codec.enqueue import encode_enqueue_batch_request
+from sepp_lite._codec.job import decode_reserve_response, encode_reserve_request
+from sepp_lite._codec.lease import encode_ack_request
 from sepp_lite.types import EnqueueRequest, Payload, ReserveOptions
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -166,7 +168,7 @@ async def run_baseline(seconds: float, concurrency: int) -> list[dict[str, Any]]
         async with Channel(server.host, server.port, codec=RawCodec()) as channel:
             reserve = UnaryUnaryMethod(channel, SERVICE + "Reserve", bytes, bytes)
             ack = UnaryUnaryMethod(channel, SERVICE + "Ack", bytes, bytes)
-            body = codec.encode_ack("6f1c1f0e-4c1f-4d55-9a0e-1d3b2c4e5f60", 1, None)
+            body = encode_ack_request("6f1c1f0e-4c1f-4d55-9a0e-1d3b2c4e5f60", 1, None)
 
             async def cycle() -> None:
                 await reserve(body, timeout=30)
@@ -196,20 +198,20 @@ async def run(seconds: float, concurrency: int) -> list[dict[str, Any]]:
                 EnqueueRequest("bench", "work", payload=Payload(bytes(range(256)), "raw"))
                 for _ in range(256)
             ]
-            batch = codec.encode_enqueue_batch(jobs)
+            batch = encode_enqueue_batch_request(jobs)
 
             async def enqueue_step() -> None:
                 await enqueue(batch, timeout=30)
 
-            reserve_body = codec.encode_reserve(
+            reserve_body = encode_reserve_request(
                 ReserveOptions(["bench"], timedelta(seconds=60), timedelta(0))
             )
 
             async def cycle() -> None:
-                found, problems = codec.decode_reserve(await reserve(reserve_body, timeout=30))
+                found, problems = decode_reserve_response(await reserve(reserve_body, timeout=30))
                 assert not problems and len(found) == 1, "the queue ran dry"
                 ctx = found[0].ctx
-                await ack(codec.encode_ack(ctx.id, ctx.attempt, None), timeout=30)
+                await ack(encode_ack_request(ctx.id, ctx.attempt, None), timeout=30)
 
             await enqueue_step()  # warm up both sides
             await cycle()

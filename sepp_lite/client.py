@@ -15,7 +15,27 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Optional
 
 from sepp_lite import _codec, _otel, errors
-from sepp_lite._codec import client as codec
+from sepp_lite._codec.dead_letters import (
+    decode_drain_dead_letters_response,
+    encode_drain_dead_letters_request,
+)
+from sepp_lite._codec.enqueue import (
+    decode_enqueue_atomic_response,
+    decode_enqueue_batch_response,
+    encode_enqueue_batch_request,
+    trace_context_field,
+)
+from sepp_lite._codec.job import decode_reserve_response, encode_reserve_request
+from sepp_lite._codec.lease import (
+    decode_ack_response,
+    decode_extend_response,
+    decode_nack_response,
+    encode_ack_request,
+    encode_extend_request,
+    encode_nack_request,
+    nack_retry_field,
+)
+from sepp_lite._codec.server_info import decode_get_server_info_response
 from sepp_lite._http2 import Keepalive
 from sepp_lite._lease import Lease
 from sepp_lite._names import queue_name_error
@@ -288,7 +308,7 @@ class SeppClient:
             if not sent:
                 return [refused[index] for index in range(len(batch))]
             data = await self._rpc("EnqueueBatch", request, all_keyed=_all_keyed(sent))
-        results = codec.decode_enqueue_batch(data)
+        results = decode_enqueue_batch_response(data)
         if len(results) != len(sent):
             raise errors.BatchResultCountMismatchError(len(sent), len(results))
         if None in results:
@@ -315,14 +335,14 @@ class SeppClient:
         jobs. Checks and retries as :meth:`enqueue_batch`."""
         batch, refused = self._checked_batch(jobs)
         if refused:
-            codec.encode_enqueue_batch(batch)  # a job that cannot be sent raises first
+            encode_enqueue_batch_request(batch)  # a job that cannot be sent raises first
             raise errors.BatchValidationError(
                 [errors.JobValidationError(index, refused[index]) for index in sorted(refused)]
             )
         with _otel.client_span("sepp.enqueue_atomic", {"sepp.batch_size": len(batch)}):
-            request = codec.encode_enqueue_batch(batch, _injected_trace())
+            request = encode_enqueue_batch_request(batch, _injected_trace())
             data = await self._rpc("EnqueueAtomic", request, all_keyed=_all_keyed(batch))
-        outcome = codec.decode_enqueue_atomic(data)
+        outcome = decode_enqueue_atomic_response(data)
         if outcome is None:
             raise errors.MalformedResponseError("EnqueueAtomic answered with no outcome")
         kind, items = outcome
@@ -350,12 +370,12 @@ class SeppClient:
         if not isinstance(opts, ReserveOptions):
             raise TypeError(f"reserve() takes ReserveOptions, got {type(opts).__name__}")
         opts.__post_init__()  # the dataclass is mutable: check what is sent now
-        request = codec.encode_reserve(opts, max_jobs)
+        request = encode_reserve_request(opts, max_jobs)
         timeout = opts.wait_timeout.total_seconds() + _RESERVE_SLACK_S
         attributes = {"sepp.worker_id": opts.worker_id or "<none>"}
         with _otel.client_span("sepp.reserve", attributes) as span:
             data = await self._rpc("Reserve", request, kind="reserve", retry=False, timeout=timeout)
-            jobs, problems = codec.decode_reserve(data)
+            jobs, problems = decode_reserve_response(data)
             if span is not None:
                 span.set_attribute("sepp.jobs", len(jobs))
         for problem in problems:
@@ -374,9 +394,9 @@ class SeppClient:
         holds the lease. Retried per the policy (so a JobNotFound may follow an earlier
         attempt that succeeded but lost its answer)."""
         worker_id = _worker_id(ctx)
-        request = codec.encode_ack(ctx.id, ctx.attempt, worker_id)
+        request = encode_ack_request(ctx.id, ctx.attempt, worker_id)
         with _otel.client_span("sepp.ack", _lease_attributes(ctx, worker_id)):
-            codec.decode_ack(await self._release("Ack", request, ctx))
+            decode_ack_response(await self._release("Ack", request, ctx))
 
     async def nack(
         self,
@@ -393,11 +413,11 @@ class SeppClient:
         if not isinstance(reason, str):
             raise TypeError(f"reason must be a str, got {type(reason).__name__}")
         worker_id = _worker_id(ctx)
-        retry_field = codec.nack_retry_field(retry.kind, retry.delay)
-        request = codec.encode_nack(ctx.id, ctx.attempt, reason or None, retry_field, worker_id)
+        retry_field = nack_retry_field(retry.kind, retry.delay)
+        request = encode_nack_request(ctx.id, ctx.attempt, reason or None, retry_field, worker_id)
         with _otel.client_span("sepp.nack", _lease_attributes(ctx, worker_id)):
             data = await self._release("Nack", request, ctx)
-        return codec.decode_nack(data)[1]
+        return decode_nack_response(data)[1]
 
     async def _release(self, method: str, request: bytes, ctx: JobCtx) -> bytes:
         """An Ack or Nack call; the delivery's lease is marked released once the server
@@ -421,7 +441,7 @@ class SeppClient:
     async def _extend_raw(
         self, job_id: str, attempt: int, lease: timedelta, worker_id: Optional[str]
     ) -> datetime:
-        request = codec.encode_extend(job_id, attempt, lease, worker_id)
+        request = encode_extend_request(job_id, attempt, lease, worker_id)
         attributes = {
             "sepp.job_id": job_id,
             "sepp.attempt": attempt,
@@ -429,7 +449,7 @@ class SeppClient:
         }
         with _otel.client_span("sepp.extend", attributes):
             data = await self._rpc("Extend", request, kind="lease")
-        expiry = codec.decode_extend(data)[1]
+        expiry = decode_extend_response(data)[1]
         if expiry is None:
             raise errors.MalformedResponseError("Extend answered without a valid lease expiry")
         return expiry
@@ -442,7 +462,7 @@ class SeppClient:
         answer."""
         with _otel.client_span("sepp.get_server_info"):
             data = await self._rpc("GetServerInfo", b"")
-        self._server_info = codec.decode_server_info(data)
+        self._server_info = decode_get_server_info_response(data)
         return self._server_info
 
     async def drain_dead_letters(
@@ -462,11 +482,11 @@ class SeppClient:
             raise ValueError(f"queue {queue!r} {bad_name}")
         if max_records == 0:
             return []
-        request = codec.encode_drain(queue, max_records)
+        request = encode_drain_dead_letters_request(queue, max_records)
         attributes = {"sepp.queue": queue or "<all>"}
         with _otel.client_span("sepp.drain_dead_letters", attributes) as span:
             data = await self._rpc("DrainDeadLetters", request, retry=False)
-            records, problems = codec.decode_drain(data)
+            records, problems = decode_drain_dead_letters_response(data)
             if span is not None:
                 span.set_attribute("sepp.drained", len(records))
         for problem in problems:
@@ -530,11 +550,11 @@ def _encoded_batch(
 ) -> tuple[list[EnqueueRequest], bytes]:
     """The jobs to send and their request. Every job is encoded (so a bad one raises
     before anything is sent, refused or not); the refused ones are then left out."""
-    request = codec.encode_enqueue_batch(batch, _injected_trace())
+    request = encode_enqueue_batch_request(batch, _injected_trace())
     if not refused:
         return batch, request
     sent = [job for index, job in enumerate(batch) if index not in refused]
-    return sent, codec.encode_enqueue_batch(sent, _injected_trace()) if sent else b""
+    return sent, encode_enqueue_batch_request(sent, _injected_trace()) if sent else b""
 
 
 def _all_keyed(jobs: list[EnqueueRequest]) -> bool:
@@ -548,7 +568,7 @@ def _injected_trace() -> bytes:
     if not _otel.AVAILABLE:
         return b""
     headers = _otel.current_headers()
-    return b"" if headers is None else codec.trace_field(*headers)
+    return b"" if headers is None else trace_context_field(*headers)
 
 
 def _mark_released(ctx: JobCtx) -> None:

@@ -24,7 +24,22 @@ from grpclib.exceptions import GRPCError
 
 from sepp_lite import SeppClient
 from sepp_lite import errors as sepp_errors
-from sepp_lite._codec import server as srv
+from sepp_lite._codec.dead_letters import encode_drain_dead_letters_response
+from sepp_lite._codec.enqueue import (
+    decode_enqueue_batch_request,
+    encode_enqueue_atomic_response,
+    encode_enqueue_batch_response,
+)
+from sepp_lite._codec.job import JobRecord, encode_reserve_response
+from sepp_lite._codec.lease import (
+    decode_ack_request,
+    decode_extend_request,
+    decode_nack_request,
+    encode_ack_response,
+    encode_extend_response,
+    encode_nack_response,
+)
+from sepp_lite._codec.server_info import encode_get_server_info_response
 from sepp_lite._time import now_ms
 from sepp_lite.errors import Status
 from sepp_lite.testing import QueueState, SeppTestServer, ServerConfig
@@ -184,7 +199,7 @@ def server_info_bytes(**overrides: Any) -> bytes:
     info = QueueState(ServerConfig()).server_info()
     if overrides:
         info = type(info)(**{**info.__dict__, **overrides})
-    return srv.encode_server_info(info)
+    return encode_get_server_info_response(info)
 
 
 def job_record(
@@ -195,8 +210,8 @@ def job_record(
     payload: Optional[tuple[bytes, str]] = None,
     priority: int = 0,
     max_attempts: int = 3,
-) -> srv.JobRecord:
-    return srv.JobRecord(
+) -> JobRecord:
+    return JobRecord(
         job_id,
         queue,
         job_type,
@@ -227,31 +242,31 @@ def hand_ctx(queue: str = "q") -> JobCtx:
     )
 
 
-def reserve_reply(*records: srv.JobRecord, attempt: int = 1, lease_s: float = 30) -> bytes:
+def reserve_reply(*records: JobRecord, attempt: int = 1, lease_s: float = 30) -> bytes:
     expiry = now_ms() + int(lease_s * 1000)
-    return srv.encode_reserve([(record, attempt, expiry) for record in records])
+    return encode_reserve_response([(record, attempt, expiry) for record in records])
 
 
 def default_reply(method: str, request: bytes) -> bytes:
     if method == "GetServerInfo":
         return server_info_bytes()
     if method == "EnqueueBatch":
-        jobs = srv.decode_enqueue_batch(request)
-        return srv.encode_enqueue_batch([(str(uuid.uuid4()), False) for _ in jobs])
+        jobs = decode_enqueue_batch_request(request)
+        return encode_enqueue_batch_response([(str(uuid.uuid4()), False) for _ in jobs])
     if method == "EnqueueAtomic":
-        jobs = srv.decode_enqueue_batch(request)
-        return srv.encode_atomic_success([(str(uuid.uuid4()), False) for _ in jobs])
+        jobs = decode_enqueue_batch_request(request)
+        return encode_enqueue_atomic_response(success=[(str(uuid.uuid4()), False) for _ in jobs])
     if method == "Reserve":
-        return srv.encode_reserve([])
+        return encode_reserve_response([])
     if method == "Ack":
-        return srv.encode_ack(srv.decode_lease_request("ack", request).job_id)
+        return encode_ack_response(decode_ack_request(request).job_id)
     if method == "Nack":
-        return srv.encode_nack(srv.decode_lease_request("nack", request).job_id, False)
+        return encode_nack_response(decode_nack_request(request).job_id, False)
     if method == "Extend":
-        req = srv.decode_lease_request("extend", request)
-        return srv.encode_extend(req.job_id, now_ms() + 30_000)
+        req = decode_extend_request(request)
+        return encode_extend_response(req.job_id, now_ms() + 30_000)
     if method == "DrainDeadLetters":
-        return srv.encode_drain([])
+        return encode_drain_dead_letters_response([])
     raise AssertionError(method)
 
 

@@ -8,7 +8,9 @@ from typing import Any, Optional
 from grpclib.client import Channel, UnaryUnaryMethod
 from grpclib.encoding.base import CodecBase
 
-from sepp_lite._codec.server import EnqueueIn, LeaseIn, ReserveIn
+from sepp_lite._codec.enqueue import EnqueueIn
+from sepp_lite._codec.job import ReserveIn
+from sepp_lite._codec.lease import LeaseIn
 from sepp_lite.testing import ManualClock, QueueState, SeppTestServer, ServerConfig
 
 START_MS = 1_700_000_000_000  # a fixed ManualClock start, so expected times are literal

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from hypothesis.vendor import pretty
 
 from sepp_lite import errors
-from sepp_lite._codec import server
+from sepp_lite._codec.job import JobRecord
 from sepp_lite._names import queue_name_error
 from sepp_lite._proto.sepp import v1 as pb
 from sepp_lite.types import (
@@ -641,7 +641,7 @@ pb_drain_requests = st.builds(pb.DrainDeadLettersRequest, st.none() | texts, st.
 
 
 @st.composite
-def job_records(draw: st.DrawFn, valid: bool = True) -> server.JobRecord:
+def job_records(draw: st.DrawFn, valid: bool = True) -> JobRecord:
     """A stored job as the in-process server keeps it. ``valid=False`` also allows what
     the client must refuse or drop (priority over 9, empty strings, bad trace contexts)."""
     traceparent = traceparents | invalid_traceparents if not valid else traceparents
@@ -649,7 +649,7 @@ def job_records(draw: st.DrawFn, valid: bool = True) -> server.JobRecord:
     scheduled = st.none() | st.tuples(
         st.integers(0, MAX_TIMESTAMP_SECONDS), st.integers(0, 999_999_999)
     )
-    return server.JobRecord(
+    return JobRecord(
         draw(nonempty_texts if valid else texts),
         draw(texts),
         draw(nonempty_texts if valid else texts),
@@ -670,24 +670,24 @@ def ms_datetime(ms: int) -> datetime:
     return EPOCH + timedelta(milliseconds=ms)
 
 
-def record_scheduled(record: server.JobRecord) -> Optional[datetime]:
+def record_scheduled(record: JobRecord) -> Optional[datetime]:
     if record.scheduled_at is None:
         return None
     seconds, nanos = record.scheduled_at
     return EPOCH + timedelta(seconds=seconds, microseconds=nanos // 1000)
 
 
-def record_trace(record: server.JobRecord) -> Optional[TraceContext]:
+def record_trace(record: JobRecord) -> Optional[TraceContext]:
     if record.trace is None or not is_valid_traceparent(record.trace[0]):
         return None
     return TraceContext(*record.trace)
 
 
-def record_payload(record: server.JobRecord) -> Optional[Payload]:
+def record_payload(record: JobRecord) -> Optional[Payload]:
     return None if record.payload is None else Payload(*record.payload)
 
 
-def expected_job_from_record(record: server.JobRecord, attempt: int, expiry_ms: int) -> Job:
+def expected_job_from_record(record: JobRecord, attempt: int, expiry_ms: int) -> Job:
     ctx = JobCtx(
         id=record.id,
         queue=record.queue,
@@ -739,7 +739,9 @@ def norm(value: Any) -> Any:  # noqa: C901 - one branch per kind of value
     if isinstance(value, Mapping):
         return _norm_mapping(value)
     if isinstance(value, (list, tuple)):
-        return (type(value).__name__, tuple(norm(v) for v in value))
+        # A NamedTuple record (the codec's decoded pairs) compares as the tuple it is.
+        kind = "list" if isinstance(value, list) else "tuple"
+        return (kind, tuple(norm(v) for v in value))
     slots = getattr(type(value), "__slots__", None)
     if slots is not None:
         return (type(value).__name__, tuple((s, norm(getattr(value, s))) for s in slots))

@@ -38,7 +38,10 @@ from sepp_lite import (
     UnknownQueuesError,
     UnknownRejection,
 )
-from sepp_lite._codec import server as srv
+from sepp_lite._codec.dead_letters import DeadLetterOut, encode_drain_dead_letters_response
+from sepp_lite._codec.enqueue import encode_enqueue_atomic_response, encode_enqueue_batch_response
+from sepp_lite._codec.job import JobRecord
+from sepp_lite._codec.lease import encode_ack_response
 from sepp_lite._retry import backoff_delays, call_with_retry
 from sepp_lite._status import CallFailure
 from sepp_lite._transport import Backoff
@@ -601,7 +604,7 @@ THIRD_ID = "8a3e3f0c-3333-4444-8555-666677778888"
     ids=["empty-id", "priority-12", "empty-job-type"],
 )
 async def test_malformed_job_is_skipped_with_a_warning(
-    caplog: pytest.LogCaptureFixture, bad: srv.JobRecord
+    caplog: pytest.LogCaptureFixture, bad: JobRecord
 ) -> None:
     caplog.set_level(logging.WARNING, logger="sepp_lite")
     good_first, good_last = job_record(JOB_ID), job_record(THIRD_ID, priority=9)
@@ -630,12 +633,12 @@ async def test_all_malformed_jobs_give_none(caplog: pytest.LogCaptureFixture) ->
 async def test_malformed_dead_letter_record_is_skipped(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING, logger="sepp_lite")
     records = [
-        srv.DeadLetterOut(job_record(JOB_ID), 1, START_MS, 3, "r1"),
-        srv.DeadLetterOut(job_record(""), 2, START_MS, 1, None),
-        srv.DeadLetterOut(job_record(THIRD_ID), 3, START_MS + 5, 2, None),
+        DeadLetterOut(job_record(JOB_ID), 1, START_MS, 3, "r1"),
+        DeadLetterOut(job_record(""), 2, START_MS, 1, None),
+        DeadLetterOut(job_record(THIRD_ID), 3, START_MS + 5, 2, None),
     ]
     async with ScriptedServer() as server, connected(server.addr) as client:
-        server.script("DrainDeadLetters", srv.encode_drain(records))
+        server.script("DrainDeadLetters", encode_drain_dead_letters_response(records))
         drained = await client.drain_dead_letters(max_records=3)
     assert [(r.job_id, r.cause, r.final_attempt, r.last_reason) for r in drained] == [
         (JOB_ID, DeadLetterCause.ATTEMPTS_EXHAUSTED, 3, "r1"),
@@ -647,7 +650,7 @@ async def test_malformed_dead_letter_record_is_skipped(caplog: pytest.LogCapture
 async def test_undecodable_answer_is_malformed_response() -> None:
     async with ScriptedServer() as server, connected(server.addr) as client:
         server.script("Reserve", b"\x0a\xff\xff\xff\xff\x0f")  # a length past the end
-        server.script("EnqueueBatch", srv.encode_enqueue_batch([("a", False), ("b", False)]))
+        server.script("EnqueueBatch", encode_enqueue_batch_response([("a", False), ("b", False)]))
         with pytest.raises(MalformedResponseError):
             await client.reserve(opts("q"))
         with pytest.raises(BatchResultCountMismatchError) as info:
@@ -672,8 +675,12 @@ async def test_malformed_or_unknown_outcomes() -> None:
     empty_rejection = b"\x0a\x02\x12\x00"  # a rejection with no member set
     async with ScriptedServer() as server, connected(server.addr) as client:
         server.script("EnqueueBatch", no_outcome, unknown_member + empty_rejection)
-        server.script("EnqueueAtomic", b"", srv.encode_atomic_success([("a", False), ("b", False)]))
-        server.script("Extend", srv.encode_ack(JOB_ID))  # no lease_expires_at
+        server.script(
+            "EnqueueAtomic",
+            b"",
+            encode_enqueue_atomic_response(success=[("a", False), ("b", False)]),
+        )
+        server.script("Extend", encode_ack_response(JOB_ID))  # no lease_expires_at
         server.script("GetServerInfo", server_info_bytes(version=""))
         with pytest.raises(MalformedResponseError, match="no outcome"):
             await client.enqueue(job("q"))

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 
 import sepp_lite as sepp
-from sepp_lite._codec import server as srv
+from sepp_lite._codec.dead_letters import DeadLetterOut, encode_drain_dead_letters_response
+from sepp_lite._codec.lease import decode_ack_request
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import (
     JOB_ID,
@@ -198,7 +199,7 @@ async def test_a_worker_never_sees_a_job_whose_id_is_not_a_uuid() -> None:
 
             await worker.run(until_idle=True)
     assert seen == [JOB_ID]
-    acked = [srv.decode_lease_request("ack", c.request).job_id for c in scripted.calls_to("Ack")]
+    acked = [decode_ack_request(c.request).job_id for c in scripted.calls_to("Ack")]
     assert acked == [JOB_ID]
 
 
@@ -206,11 +207,11 @@ async def test_a_dead_letter_record_whose_id_is_not_a_uuid_is_kept_with_a_warnin
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     records = [
-        srv.DeadLetterOut(job_record("legacy-7"), 1, 1_700_000_000_000, 3, "boom"),
-        srv.DeadLetterOut(job_record(JOB_ID), 1, 1_700_000_000_000, 3, None),
+        DeadLetterOut(job_record("legacy-7"), 1, 1_700_000_000_000, 3, "boom"),
+        DeadLetterOut(job_record(JOB_ID), 1, 1_700_000_000_000, 3, None),
     ]
     async with ScriptedServer() as scripted:
-        scripted.script("DrainDeadLetters", srv.encode_drain(records))
+        scripted.script("DrainDeadLetters", encode_drain_dead_letters_response(records))
         async with connected(scripted.addr) as client:
             with caplog.at_level(logging.WARNING, "sepp_lite"):
                 drained = await client.drain_dead_letters("q", 10)

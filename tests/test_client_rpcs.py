@@ -43,7 +43,9 @@ from sepp_lite import (
     UnknownQueuesError,
     _otel,
 )
-from sepp_lite._codec import server as srv
+from sepp_lite._codec.enqueue import decode_enqueue_batch_request
+from sepp_lite._codec.job import decode_reserve_request
+from sepp_lite._codec.lease import decode_ack_request, decode_extend_request, decode_nack_request
 from sepp_lite._time import datetime_to_ms, ms_to_datetime
 from sepp_lite.testing import ManualClock, QueueConfig
 from tests.client_helpers import (
@@ -492,7 +494,7 @@ async def test_unset_optional_fields_stay_off_the_wire(no_tracing: None) -> None
                 scheduled_at=START,
             )
         )
-    bare = srv.decode_enqueue_batch(server.calls[0].request)[0]
+    bare = decode_enqueue_batch_request(server.calls[0].request)[0]
     assert (bare.queue, bare.job_type) == ("q", "t")
     assert bare.payload is None
     assert bare.idempotency_key is None
@@ -501,7 +503,7 @@ async def test_unset_optional_fields_stay_off_the_wire(no_tracing: None) -> None
     assert bare.trace is None
     assert bare.custom == {}
     assert bare.scheduled_at is None
-    full = srv.decode_enqueue_batch(server.calls[1].request)[0]
+    full = decode_enqueue_batch_request(server.calls[1].request)[0]
     assert full.payload == (b"d", "e")
     assert full.idempotency_key == "k"
     assert full.priority == 0  # an explicit 0 is sent, not dropped
@@ -565,22 +567,22 @@ async def test_lease_carries_the_reserve_worker_id() -> None:
         await client.nack(ctx, RetryDirective.after(1.5), "oops")
         await client.ack(ctx)
         await client.ack(unbound[0].ctx)
-    reserve = srv.decode_reserve(server.calls_to("Reserve")[0].request)
+    reserve = decode_reserve_request(server.calls_to("Reserve")[0].request)
     assert reserve.worker_id == "worker-7"
-    assert srv.decode_reserve(server.calls_to("Reserve")[1].request).worker_id is None
-    extends = [srv.decode_lease_request("extend", c.request) for c in server.calls_to("Extend")]
+    assert decode_reserve_request(server.calls_to("Reserve")[1].request).worker_id is None
+    extends = [decode_extend_request(c.request) for c in server.calls_to("Extend")]
     assert [(e.job_id, e.attempt, e.worker_id) for e in extends] == [
         (ctx.id, 1, "worker-7"),
         (ctx.id, 1, "worker-7"),
     ]
     assert [e.lease_duration for e in extends] == [(10, 0), (10, 0)]
-    nack = srv.decode_lease_request("nack", server.calls_to("Nack")[0].request)
+    nack = decode_nack_request(server.calls_to("Nack")[0].request)
     assert (nack.worker_id, nack.reason, nack.retry) == (
         "worker-7",
         "oops",
         ("delay", 1, 500_000_000),
     )
-    acks = [srv.decode_lease_request("ack", c.request) for c in server.calls_to("Ack")]
+    acks = [decode_ack_request(c.request) for c in server.calls_to("Ack")]
     assert [(a.job_id, a.attempt, a.worker_id) for a in acks] == [
         (ctx.id, 1, "worker-7"),
         (ctx.id, 1, None),
@@ -608,7 +610,7 @@ async def test_nack_always_sends_a_directive_and_drops_empty_reason(
         jobs = await client.reserve(opts("q"))
         assert jobs is not None
         await client.nack(jobs[0].ctx, directive, reason)
-    nack = srv.decode_lease_request("nack", server.calls_to("Nack")[0].request)
+    nack = decode_nack_request(server.calls_to("Nack")[0].request)
     assert nack.retry == expected_retry
     assert nack.reason == expected_reason
 

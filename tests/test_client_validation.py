@@ -362,8 +362,8 @@ async def test_payload_and_scheduled_at_edge_values_are_sent() -> None:
                 scheduled_at=datetime(1969, 12, 31, tzinfo=timezone.utc),
             )
         )
-    from sepp_lite._codec import server as srv
+    from sepp_lite._codec.enqueue import decode_enqueue_batch_request
 
-    sent = srv.decode_enqueue_batch(server.calls[0].request)[0]
+    sent = decode_enqueue_batch_request(server.calls[0].request)[0]
     assert sent.payload == (b"", "text/plain")
     assert sent.scheduled_at is None

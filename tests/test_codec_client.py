@@ -23,9 +23,31 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from sepp_lite import errors
-from sepp_lite._codec import client
-from sepp_lite._codec.client import decode_server_info
-from sepp_lite._codec.server import encode_server_info
+from sepp_lite._codec.dead_letters import (
+    decode_drain_dead_letters_response,
+    encode_drain_dead_letters_request,
+)
+from sepp_lite._codec.enqueue import (
+    decode_enqueue_atomic_response,
+    decode_enqueue_batch_response,
+    encode_enqueue_batch_request,
+    trace_context_field,
+    write_enqueue_request,
+)
+from sepp_lite._codec.job import decode_reserve_response, encode_reserve_request
+from sepp_lite._codec.lease import (
+    decode_ack_response,
+    decode_extend_response,
+    decode_nack_response,
+    encode_ack_request,
+    encode_extend_request,
+    encode_nack_request,
+    nack_retry_field,
+)
+from sepp_lite._codec.server_info import (
+    decode_get_server_info_response,
+    encode_get_server_info_response,
+)
 from sepp_lite._proto.sepp import v1 as pb
 from sepp_lite.types import (
     DeadLetterCause,
@@ -58,17 +80,17 @@ def test_enqueue_batch_bytes_equal_betterproto(
     jobs: list[EnqueueRequest], injected: Optional[TraceContext]
 ) -> None:
     injected_field = (
-        b"" if injected is None else client.trace_field(injected.traceparent, injected.tracestate)
+        b"" if injected is None else trace_context_field(injected.traceparent, injected.tracestate)
     )
-    ours = client.encode_enqueue_batch(jobs, injected_field)
+    ours = encode_enqueue_batch_request(jobs, injected_field)
     expected = pb.EnqueueBatchRequest([s.enqueue_request_to_pb(job, injected) for job in jobs])
     assert ours == bytes(expected)
 
 
 @SOME
 @given(job=s.enqueue_requests())
-def test_enqueue_body_bytes_equal_betterproto(job: EnqueueRequest) -> None:
-    assert client.enqueue_body(job) == bytes(s.enqueue_request_to_pb(job))
+def test_enqueue_request_body_bytes_equal_betterproto(job: EnqueueRequest) -> None:
+    assert write_enqueue_request(job) == bytes(s.enqueue_request_to_pb(job))
 
 
 _OFFSETS = [timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-8))]
@@ -119,7 +141,7 @@ def _check_optional(ref: Any, name: str, value: object) -> None:
 @SOME
 @given(job=s.enqueue_requests(scheduled=scheduled_any, custom=s.custom_maps))
 def test_enqueue_request_values_and_presence_per_protobuf(job: EnqueueRequest) -> None:
-    ref = protobuf_ref.parse("EnqueueRequest", client.enqueue_body(job))
+    ref = protobuf_ref.parse("EnqueueRequest", write_enqueue_request(job))
     assert (ref.queue, ref.job_type) == (job.queue, job.job_type)
     assert ref.HasField("payload") == (job.payload is not None)
     if job.payload is not None:
@@ -144,33 +166,33 @@ def test_empty_custom_key_is_written_as_protobuf_writes_it() -> None:
     ref = protobuf_ref.new("EnqueueRequest", queue="q", job_type="t")
     ref.custom[""].string_value = ""
     job = EnqueueRequest("q", "t", custom={"": ""})
-    assert client.enqueue_body(job) == ref.SerializeToString()
-    assert pb.EnqueueRequest().parse(client.enqueue_body(job)).custom[""].string_value == ""
+    assert write_enqueue_request(job) == ref.SerializeToString()
+    assert pb.EnqueueRequest().parse(write_enqueue_request(job)).custom[""].string_value == ""
 
 
 @FEW
 @given(job=s.enqueue_requests(scheduled=st.none()), when=s.before_epoch)
 def test_scheduled_at_before_the_epoch_is_left_off(job: EnqueueRequest, when: datetime) -> None:
-    without = client.enqueue_body(job)
+    without = write_enqueue_request(job)
     job.scheduled_at = when
-    assert client.enqueue_body(job) == without
+    assert write_enqueue_request(job) == without
     assert not protobuf_ref.parse("EnqueueRequest", without).HasField("scheduled_at")
 
 
 @FEW
 @given(job=s.enqueue_requests(scheduled=s.from_epoch))
 def test_naive_scheduled_at_is_read_as_utc(job: EnqueueRequest) -> None:
-    aware = client.enqueue_body(job)
+    aware = write_enqueue_request(job)
     assert job.scheduled_at is not None
     job.scheduled_at = job.scheduled_at.replace(tzinfo=None)
-    assert client.enqueue_body(job) == aware
+    assert write_enqueue_request(job) == aware
 
 
 def test_injected_trace_is_used_only_for_jobs_without_their_own() -> None:
     own = TraceContext("00-" + "a" * 32 + "-" + "b" * 16 + "-01", "k=v")
-    injected = client.trace_field(TRACEPARENT, None)
+    injected = trace_context_field(TRACEPARENT, None)
     jobs = [EnqueueRequest("q", "t", trace_context=own), EnqueueRequest("q", "t")]
-    ref = protobuf_ref.parse("EnqueueBatchRequest", client.encode_enqueue_batch(jobs, injected))
+    ref = protobuf_ref.parse("EnqueueBatchRequest", encode_enqueue_batch_request(jobs, injected))
     first, second = ref.jobs
     assert (first.trace_context.traceparent, first.trace_context.tracestate) == (
         own.traceparent,
@@ -178,7 +200,7 @@ def test_injected_trace_is_used_only_for_jobs_without_their_own() -> None:
     )
     assert second.trace_context.traceparent == TRACEPARENT
     assert not second.trace_context.HasField("tracestate")
-    plain = protobuf_ref.parse("EnqueueRequest", client.enqueue_body(EnqueueRequest("q", "t")))
+    plain = protobuf_ref.parse("EnqueueRequest", write_enqueue_request(EnqueueRequest("q", "t")))
     assert not plain.HasField("trace_context")
 
 
@@ -191,7 +213,7 @@ def test_injected_trace_is_used_only_for_jobs_without_their_own() -> None:
 def test_reserve_request_per_betterproto_and_protobuf(
     opts: ReserveOptions, override: Optional[int]
 ) -> None:
-    data = client.encode_reserve(opts, override)
+    data = encode_reserve_request(opts, override)
     max_jobs = opts.max_jobs if override is None else override
     msg = pb.ReserveRequest().parse(data)
     assert msg.queues == list(opts.queues)
@@ -217,7 +239,7 @@ def test_reserve_request_per_betterproto_and_protobuf(
 def test_ack_request_bytes_equal_betterproto(
     job_id: str, attempt: int, worker_id: Optional[str]
 ) -> None:
-    assert client.encode_ack(job_id, attempt, worker_id) == bytes(
+    assert encode_ack_request(job_id, attempt, worker_id) == bytes(
         pb.AckRequest(job_id, attempt, worker_id)
     )
 
@@ -249,9 +271,7 @@ def test_nack_request_bytes_equal_betterproto(
     worker_id: Optional[str],
 ) -> None:
     kind, delay = retry
-    data = client.encode_nack(
-        job_id, attempt, reason, client.nack_retry_field(kind, delay), worker_id
-    )
+    data = encode_nack_request(job_id, attempt, reason, nack_retry_field(kind, delay), worker_id)
     # Inside a oneof betterproto keeps a zero delay and the Empty members: bytes equal.
     expected = pb.NackRequest(job_id, attempt, reason, _pb_retry(kind, delay), worker_id)
     assert data == bytes(expected)
@@ -268,7 +288,7 @@ def test_nack_request_bytes_equal_betterproto(
 def test_extend_request_per_betterproto_and_protobuf(
     job_id: str, attempt: int, lease: timedelta, worker_id: Optional[str]
 ) -> None:
-    data = client.encode_extend(job_id, attempt, lease, worker_id)
+    data = encode_extend_request(job_id, attempt, lease, worker_id)
     msg = pb.ExtendRequest().parse(data)
     assert (msg.job_id, msg.attempt, msg.lease_duration, msg.worker_id) == (
         job_id,
@@ -286,7 +306,9 @@ def test_extend_request_per_betterproto_and_protobuf(
 @SOME
 @given(queue=st.none() | s.texts, limit=st.none() | s.uint32s)
 def test_drain_request_bytes_equal_betterproto(queue: Optional[str], limit: Optional[int]) -> None:
-    assert client.encode_drain(queue, limit) == bytes(pb.DrainDeadLettersRequest(queue, limit))
+    assert encode_drain_dead_letters_request(queue, limit) == bytes(
+        pb.DrainDeadLettersRequest(queue, limit)
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -299,14 +321,14 @@ negative_durations = st.timedeltas(max_value=-s.ONE_US)
 @given(delay=negative_durations)
 def test_negative_nack_delay_is_refused(delay: timedelta) -> None:
     with pytest.raises(ValueError):
-        client.nack_retry_field("after", delay)
+        nack_retry_field("after", delay)
 
 
 @FEW
 @given(lease=negative_durations)
 def test_negative_extend_lease_is_refused(lease: timedelta) -> None:
     with pytest.raises(ValueError):
-        client.encode_extend("job", 1, lease, None)
+        encode_extend_request("job", 1, lease, None)
 
 
 @pytest.mark.parametrize("field", ["wait_timeout", "lease_duration"])
@@ -314,7 +336,7 @@ def test_negative_reserve_durations_are_refused(field: str) -> None:
     opts = ReserveOptions(["q"], lease_duration=timedelta(seconds=30))
     setattr(opts, field, timedelta(microseconds=-1))  # mutable: __post_init__ bypassed
     with pytest.raises(ValueError):
-        client.encode_reserve(opts)
+        encode_reserve_request(opts)
 
 
 @pytest.mark.parametrize(
@@ -325,20 +347,20 @@ def test_negative_reserve_durations_are_refused(field: str) -> None:
 def test_custom_values_of_other_types_raise_type_error(value: object) -> None:
     job = EnqueueRequest("q", "t", custom={"k": value})  # type: ignore[dict-item]
     with pytest.raises(TypeError):
-        client.enqueue_body(job)
+        write_enqueue_request(job)
 
 
 def test_custom_keys_must_be_str() -> None:
     job = EnqueueRequest("q", "t", custom={1: "v"})  # type: ignore[dict-item]
     with pytest.raises(TypeError):
-        client.enqueue_body(job)
+        write_enqueue_request(job)
 
 
 @FEW
 @given(value=st.integers(min_value=s.INT64_MAX + 1) | st.integers(max_value=s.INT64_MIN - 1))
 def test_custom_int_outside_int64_is_refused(value: int) -> None:
     with pytest.raises(ValueError):
-        client.enqueue_body(EnqueueRequest("q", "t", custom={"k": value}))
+        write_enqueue_request(EnqueueRequest("q", "t", custom={"k": value}))
 
 
 @pytest.mark.parametrize(
@@ -346,7 +368,7 @@ def test_custom_int_outside_int64_is_refused(value: int) -> None:
     [(True, "bool_value"), (False, "bool_value"), (1, "int_value"), (0, "int_value")],
 )
 def test_bool_custom_is_bool_value_and_int_is_int_value(value: Primitive, member: str) -> None:
-    body = client.enqueue_body(EnqueueRequest("q", "t", custom={"k": value}))
+    body = write_enqueue_request(EnqueueRequest("q", "t", custom={"k": value}))
     ref = protobuf_ref.parse("EnqueueRequest", body)
     assert ref.custom["k"].WhichOneof("value") == member
     assert getattr(ref.custom["k"], member) == value
@@ -380,7 +402,7 @@ def test_custom_value_subclasses_encode_their_base_value(
     value: Primitive, member: str, plain: Primitive
 ) -> None:
     # protobuf (and so sepp-py) stores the value of a str/int/float subclass, not str(x).
-    body = client.enqueue_body(EnqueueRequest("q", "t", custom={"k": value}))
+    body = write_enqueue_request(EnqueueRequest("q", "t", custom={"k": value}))
     ref = protobuf_ref.parse("EnqueueRequest", body)
     assert ref.custom["k"].WhichOneof("value") == member
     assert getattr(ref.custom["k"], member) == plain
@@ -392,7 +414,7 @@ def test_priority_bool_is_refused() -> None:
     job = EnqueueRequest("q", "t")
     job.priority = True  # mutable: __post_init__ bypassed, the encoder re-checks
     with pytest.raises(ValueError):
-        client.enqueue_body(job)
+        write_enqueue_request(job)
 
 
 @pytest.mark.parametrize("priority", [-1, 10, 2**32, 1.0, "3"])
@@ -400,7 +422,7 @@ def test_out_of_range_priority_is_refused_by_the_encoder(priority: object) -> No
     job = EnqueueRequest("q", "t")
     job.priority = priority  # type: ignore[assignment]
     with pytest.raises(ValueError):
-        client.enqueue_body(job)
+        write_enqueue_request(job)
 
 
 @pytest.mark.parametrize("max_attempts", [-1, 2**32, True, "3", 1.0])
@@ -408,7 +430,7 @@ def test_out_of_range_max_attempts_is_refused(max_attempts: object) -> None:
     job = EnqueueRequest("q", "t")
     job.max_attempts = max_attempts  # type: ignore[assignment]
     with pytest.raises(ValueError):
-        client.enqueue_body(job)
+        write_enqueue_request(job)
 
 
 @pytest.mark.parametrize("field", ["queue", "job_type"])
@@ -416,15 +438,15 @@ def test_empty_queue_or_job_type_is_refused_by_the_encoder(field: str) -> None:
     job = EnqueueRequest("q", "t")
     setattr(job, field, "")
     with pytest.raises(ValueError):
-        client.enqueue_body(job)
+        write_enqueue_request(job)
 
 
 _FENCED: dict[str, Callable[[int], bytes]] = {
-    "ack": lambda attempt: client.encode_ack("job", attempt, None),
-    "nack": lambda attempt: client.encode_nack(
-        "job", attempt, None, client.nack_retry_field("default", None), None
+    "ack": lambda attempt: encode_ack_request("job", attempt, None),
+    "nack": lambda attempt: encode_nack_request(
+        "job", attempt, None, nack_retry_field("default", None), None
     ),
-    "extend": lambda attempt: client.encode_extend("job", attempt, timedelta(seconds=1), None),
+    "extend": lambda attempt: encode_extend_request("job", attempt, timedelta(seconds=1), None),
 }
 
 
@@ -440,9 +462,9 @@ def test_attempt_outside_uint32_is_refused(kind: str, attempt: int) -> None:
 @pytest.mark.parametrize("limit", [-1, 2**32, True])
 def test_out_of_range_counts_are_refused(limit: int) -> None:
     with pytest.raises(ValueError):
-        client.encode_drain(None, limit)
+        encode_drain_dead_letters_request(None, limit)
     with pytest.raises(ValueError):
-        client.encode_reserve(ReserveOptions(["q"], timedelta(seconds=1)), limit)
+        encode_reserve_request(ReserveOptions(["q"], timedelta(seconds=1)), limit)
 
 
 # ---------------------------------------------------------------------------------------
@@ -453,7 +475,7 @@ def test_out_of_range_counts_are_refused(limit: int) -> None:
 @given(msgs=st.lists(s.pb_jobs(), max_size=4))
 def test_reserve_response_decodes_to_jobs(msgs: list[pb.Job]) -> None:
     expected = [s.expected_job(msg) for msg in msgs]
-    jobs, problems = client.decode_reserve(bytes(pb.ReserveResponse(msgs)))
+    jobs, problems = decode_reserve_response(bytes(pb.ReserveResponse(msgs)))
     assert problems == []
     assert s.norm(jobs) == s.norm(expected)
     assert all(job.ctx._lease is None for job in jobs)
@@ -476,7 +498,7 @@ def test_bad_jobs_are_skipped_and_reported(
     msgs = [
         msg if defect is None else data.draw(s.break_job(msg, defect)) for msg, defect in entries
     ]
-    jobs, problems = client.decode_reserve(bytes(pb.ReserveResponse(msgs)))
+    jobs, problems = decode_reserve_response(bytes(pb.ReserveResponse(msgs)))
     assert s.norm(jobs) == s.norm(expected)
     assert len(problems) == len(defects)
     for problem, defect in zip(problems, defects):
@@ -526,7 +548,7 @@ def test_job_timestamps_presence_range_and_truncation(
     _set_time(job, "scheduled_at", scheduled)
     response = protobuf_ref.new("ReserveResponse")
     response.jobs.append(job)
-    jobs, problems = client.decode_reserve(response.SerializeToString())
+    jobs, problems = decode_reserve_response(response.SerializeToString())
     enqueued_at, lease_expires_at = _valid_time(enqueued), _valid_time(lease)
     if enqueued_at is None or lease_expires_at is None:
         assert jobs == []
@@ -553,7 +575,7 @@ def test_priority_is_read_as_uint32() -> None:
         + wire_edit.len_field(9, b"\x08\x01")
     )
     assert protobuf_ref.parse("Job", job).priority == 9
-    jobs, problems = client.decode_reserve(wire_edit.len_field(1, job))
+    jobs, problems = decode_reserve_response(wire_edit.len_field(1, job))
     assert problems == []
     assert jobs[0].ctx.priority == Priority(9)
 
@@ -570,7 +592,7 @@ def _outcome_value(outcome: s.BatchOutcome) -> object:
 @given(outcomes=st.lists(s.batch_outcomes, max_size=5))
 def test_enqueue_batch_response_decodes_every_outcome(outcomes: list[s.BatchOutcome]) -> None:
     data = bytes(pb.EnqueueBatchResponse([s.job_result_to_pb(o) for o in outcomes]))
-    assert s.norm(client.decode_enqueue_batch(data)) == s.norm(
+    assert s.norm(decode_enqueue_batch_response(data)) == s.norm(
         [_outcome_value(o) for o in outcomes]
     )
 
@@ -600,14 +622,14 @@ def test_every_rejection_variant_with_default_fields(
     # An empty variant message (every field at its default) still selects its variant.
     result = pb.JobResult(rejection=pb.JobRejection(**{member: message()}))
     data = bytes(pb.EnqueueBatchResponse([result]))
-    assert s.norm(client.decode_enqueue_batch(data)) == s.norm([expected])
+    assert s.norm(decode_enqueue_batch_response(data)) == s.norm([expected])
 
 
 def test_unknown_rejection_member_is_an_unknown_rejection() -> None:
     # JobRejection field 15 (a newer server's variant) and an empty JobRejection.
     for rejection in (wire_edit.len_field(15, wire_edit.len_field(1, b"q")), b""):
         result = wire_edit.len_field(1, wire_edit.len_field(2, rejection))
-        assert client.decode_enqueue_batch(result) == [errors.UnknownRejection()]
+        assert decode_enqueue_batch_response(result) == [errors.UnknownRejection()]
 
 
 AtomicOutcome = Optional[tuple[str, list[Any]]]
@@ -641,7 +663,7 @@ def _atomic_expected(outcome: AtomicOutcome) -> object:
 @SOME
 @given(outcome=atomic_outcomes)
 def test_enqueue_atomic_response_decodes_both_outcomes_and_none(outcome: AtomicOutcome) -> None:
-    decoded = client.decode_enqueue_atomic(bytes(_atomic_pb(outcome)))
+    decoded = decode_enqueue_atomic_response(bytes(_atomic_pb(outcome)))
     assert s.norm(decoded) == s.norm(_atomic_expected(outcome))
 
 
@@ -649,7 +671,7 @@ def test_validation_error_without_rejection_is_unknown_rejection() -> None:
     data = bytes(
         pb.EnqueueAtomicResponse(rejection=pb.BatchValidationFailure([pb.JobValidationError(3)]))
     )
-    assert client.decode_enqueue_atomic(data) == (
+    assert decode_enqueue_atomic_response(data) == (
         "rejection",
         [errors.JobValidationError(3, errors.UnknownRejection())],
     )
@@ -662,8 +684,8 @@ def test_validation_error_without_rejection_is_unknown_rejection() -> None:
 @SOME
 @given(job_id=s.texts, dead_lettered=st.booleans())
 def test_ack_and_nack_responses(job_id: str, dead_lettered: bool) -> None:
-    assert client.decode_ack(bytes(pb.AckResponse(job_id))) == job_id
-    assert client.decode_nack(bytes(pb.NackResponse(job_id, dead_lettered))) == (
+    assert decode_ack_response(bytes(pb.AckResponse(job_id))) == job_id
+    assert decode_nack_response(bytes(pb.NackResponse(job_id, dead_lettered))) == (
         job_id,
         dead_lettered,
     )
@@ -675,7 +697,7 @@ def test_extend_response(job_id: str, expiry: Optional[datetime]) -> None:
     msg = pb.ExtendResponse(job_id)
     if expiry is not None:
         msg.lease_expires_at = expiry
-    assert s.norm(client.decode_extend(bytes(msg))) == s.norm((job_id, expiry))
+    assert s.norm(decode_extend_response(bytes(msg))) == s.norm((job_id, expiry))
 
 
 @SOME
@@ -683,7 +705,7 @@ def test_extend_response(job_id: str, expiry: Optional[datetime]) -> None:
 def test_extend_response_expiry_per_protobuf(parts: tuple[int, int]) -> None:
     msg = protobuf_ref.new("ExtendResponse", job_id="j")
     _set_time(msg, "lease_expires_at", parts)
-    assert s.norm(client.decode_extend(msg.SerializeToString())) == s.norm(
+    assert s.norm(decode_extend_response(msg.SerializeToString())) == s.norm(
         ("j", _valid_time(parts))
     )
 
@@ -724,7 +746,7 @@ def test_drain_response_decodes_records_and_skips_bad_ones(
     expected = [s.expected_record(r) for r, defect in entries if defect is None]
     defects = [defect for _, defect in entries if defect is not None]
     data = bytes(pb.DrainDeadLettersResponse([r for r, _ in entries]))
-    records, problems = client.decode_drain(data)
+    records, problems = decode_drain_dead_letters_response(data)
     assert s.norm(records) == s.norm(expected)
     assert len(problems) == len(defects)
     for problem, defect in zip(problems, defects):
@@ -755,7 +777,7 @@ def test_dead_letter_causes_and_last_reason_presence(cause: int, expected: DeadL
         record.job.enqueued_at.seconds = record.failed_at.seconds = 1
         records.append(record)
     response = protobuf_ref.new("DrainDeadLettersResponse", records=records)
-    decoded, problems = client.decode_drain(response.SerializeToString())
+    decoded, problems = decode_drain_dead_letters_response(response.SerializeToString())
     assert problems == []
     assert [r.cause for r in decoded] == [expected] * 3
     assert [r.last_reason for r in decoded] == [None, "", "boom"]
@@ -769,8 +791,10 @@ def test_dead_letter_causes_and_last_reason_presence(cause: int, expected: DeadL
 @SOME
 @given(info=s.server_infos)
 def test_server_info_decodes_and_round_trips(info: Any) -> None:
-    assert s.norm(decode_server_info(bytes(s.server_info_to_pb(info)))) == s.norm(info)
-    assert s.norm(decode_server_info(encode_server_info(info))) == s.norm(info)
+    assert s.norm(decode_get_server_info_response(bytes(s.server_info_to_pb(info)))) == s.norm(info)
+    assert s.norm(decode_get_server_info_response(encode_get_server_info_response(info))) == s.norm(
+        info
+    )
 
 
 @pytest.mark.parametrize(
@@ -779,7 +803,7 @@ def test_server_info_decodes_and_round_trips(info: Any) -> None:
 def test_unusable_server_info_is_malformed(problem: str) -> None:
     msg = protobuf_ref.new("GetServerInfoResponse", server_version="1.0")
     msg.server_time.SetInParent()  # the epoch itself is a valid server time
-    assert decode_server_info(msg.SerializeToString()).server_time == s.EPOCH
+    assert decode_get_server_info_response(msg.SerializeToString()).server_time == s.EPOCH
     if problem == "empty_version":
         msg.server_version = ""
     elif problem == "time_before_epoch":
@@ -789,7 +813,7 @@ def test_unusable_server_info_is_malformed(problem: str) -> None:
     else:
         msg.server_time.nanos = -1
     with pytest.raises(errors.MalformedServerInfoError):
-        decode_server_info(msg.SerializeToString())
+        decode_get_server_info_response(msg.SerializeToString())
 
 
 def test_negative_server_info_durations_read_as_zero() -> None:
@@ -797,7 +821,7 @@ def test_negative_server_info_durations_read_as_zero() -> None:
     msg.server_time.seconds = 5
     msg.max_wait_timeout.seconds = -5
     msg.max_lease_duration.seconds = 7
-    info = decode_server_info(msg.SerializeToString())
+    info = decode_get_server_info_response(msg.SerializeToString())
     assert info.max_wait_timeout == timedelta(0)
     assert info.max_lease_duration == timedelta(seconds=7)
 
@@ -806,14 +830,14 @@ def test_negative_server_info_durations_read_as_zero() -> None:
 # Unknown fields
 
 CLIENT_DECODERS: dict[str, Callable[[bytes], object]] = {
-    "ReserveResponse": client.decode_reserve,
-    "EnqueueBatchResponse": client.decode_enqueue_batch,
-    "EnqueueAtomicResponse": client.decode_enqueue_atomic,
-    "AckResponse": client.decode_ack,
-    "NackResponse": client.decode_nack,
-    "ExtendResponse": client.decode_extend,
-    "DrainDeadLettersResponse": client.decode_drain,
-    "GetServerInfoResponse": decode_server_info,
+    "ReserveResponse": decode_reserve_response,
+    "EnqueueBatchResponse": decode_enqueue_batch_response,
+    "EnqueueAtomicResponse": decode_enqueue_atomic_response,
+    "AckResponse": decode_ack_response,
+    "NackResponse": decode_nack_response,
+    "ExtendResponse": decode_extend_response,
+    "DrainDeadLettersResponse": decode_drain_dead_letters_response,
+    "GetServerInfoResponse": decode_get_server_info_response,
 }
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from functools import partial
 from typing import NamedTuple
 
 import pytest
@@ -22,8 +21,25 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from sepp_lite import errors
-from sepp_lite._codec import client, server
-from sepp_lite._codec.client import decode_server_info
+from sepp_lite._codec.dead_letters import (
+    decode_drain_dead_letters_request,
+    decode_drain_dead_letters_response,
+)
+from sepp_lite._codec.enqueue import (
+    decode_enqueue_atomic_response,
+    decode_enqueue_batch_request,
+    decode_enqueue_batch_response,
+)
+from sepp_lite._codec.job import decode_reserve_request, decode_reserve_response
+from sepp_lite._codec.lease import (
+    decode_ack_request,
+    decode_ack_response,
+    decode_extend_request,
+    decode_extend_response,
+    decode_nack_request,
+    decode_nack_response,
+)
+from sepp_lite._codec.server_info import decode_get_server_info_response
 from sepp_lite._proto.sepp import v1 as pb
 from tests import strategies as s
 from tests import wire_edit
@@ -38,37 +54,32 @@ class Target(NamedTuple):
 
 
 _DECODE = (errors.DecodeError,)
+_DECODERS: list[tuple[Callable[[bytes], object], str]] = [
+    (decode_reserve_response, "ReserveResponse"),
+    (decode_enqueue_batch_response, "EnqueueBatchResponse"),
+    (decode_enqueue_atomic_response, "EnqueueAtomicResponse"),
+    (decode_ack_response, "AckResponse"),
+    (decode_nack_response, "NackResponse"),
+    (decode_extend_response, "ExtendResponse"),
+    (decode_drain_dead_letters_response, "DrainDeadLettersResponse"),
+    (decode_get_server_info_response, "GetServerInfoResponse"),
+    (decode_enqueue_batch_request, "EnqueueBatchRequest"),
+    (decode_reserve_request, "ReserveRequest"),
+    (decode_ack_request, "AckRequest"),
+    (decode_nack_request, "NackRequest"),
+    (decode_extend_request, "ExtendRequest"),
+    (decode_drain_dead_letters_request, "DrainDeadLettersRequest"),
+]
+# Every decoder by its name; GetServerInfoResponse may also be malformed as a ServerInfo.
 TARGETS: dict[str, Target] = {
-    "client.decode_reserve": Target(client.decode_reserve, "ReserveResponse", _DECODE),
-    "client.decode_enqueue_batch": Target(
-        client.decode_enqueue_batch, "EnqueueBatchResponse", _DECODE
-    ),
-    "client.decode_enqueue_atomic": Target(
-        client.decode_enqueue_atomic, "EnqueueAtomicResponse", _DECODE
-    ),
-    "client.decode_ack": Target(client.decode_ack, "AckResponse", _DECODE),
-    "client.decode_nack": Target(client.decode_nack, "NackResponse", _DECODE),
-    "client.decode_extend": Target(client.decode_extend, "ExtendResponse", _DECODE),
-    "client.decode_drain": Target(client.decode_drain, "DrainDeadLettersResponse", _DECODE),
-    "decode_server_info": Target(
-        decode_server_info,
-        "GetServerInfoResponse",
-        (errors.DecodeError, errors.MalformedServerInfoError),
-    ),
-    "server.decode_enqueue_batch": Target(
-        server.decode_enqueue_batch, "EnqueueBatchRequest", _DECODE
-    ),
-    "server.decode_reserve": Target(server.decode_reserve, "ReserveRequest", _DECODE),
-    "server.decode_lease_request[ack]": Target(
-        partial(server.decode_lease_request, "ack"), "AckRequest", _DECODE
-    ),
-    "server.decode_lease_request[nack]": Target(
-        partial(server.decode_lease_request, "nack"), "NackRequest", _DECODE
-    ),
-    "server.decode_lease_request[extend]": Target(
-        partial(server.decode_lease_request, "extend"), "ExtendRequest", _DECODE
-    ),
-    "server.decode_drain": Target(server.decode_drain, "DrainDeadLettersRequest", _DECODE),
+    decode.__name__: Target(
+        decode,
+        message,
+        (errors.DecodeError, errors.MalformedServerInfoError)
+        if message == "GetServerInfoResponse"
+        else _DECODE,
+    )
+    for decode, message in _DECODERS
 }
 NAMES = sorted(TARGETS)
 
@@ -286,7 +297,7 @@ def test_nack_request_with_empty_strategies_truncated() -> None:
     for retry in (pb.NackRetry(default=Empty()), pb.NackRetry(dead_letter=Empty())):
         full = bytes(pb.NackRequest("job-1", 1, None, retry, None))
         for size in range(len(full) + 1):
-            run("server.decode_lease_request[nack]", full[:size])
+            run("decode_nack_request", full[:size])
 
 
 def _reachable(message: str) -> list[str]:
@@ -353,6 +364,6 @@ def test_large_inputs_finish_quickly(name: str, case: str) -> None:
 
 def test_many_valid_jobs_decode_quickly() -> None:
     data = bytes(pb.ReserveResponse([_rich_job() for _ in range(2_000)]))
-    assert run("client.decode_reserve", data) is None
-    jobs, problems = client.decode_reserve(data)
+    assert run("decode_reserve_response", data) is None
+    jobs, problems = decode_reserve_response(data)
     assert (len(jobs), problems) == (2_000, [])

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
-from functools import partial
 from typing import Any, Optional
 
 import betterproto
@@ -18,7 +17,46 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sepp_lite import errors
-from sepp_lite._codec import client, server
+from sepp_lite._codec.dead_letters import (
+    DeadLetterOut,
+    decode_drain_dead_letters_request,
+    decode_drain_dead_letters_response,
+    encode_drain_dead_letters_request,
+    encode_drain_dead_letters_response,
+)
+from sepp_lite._codec.enqueue import (
+    decode_enqueue_atomic_response,
+    decode_enqueue_batch_request,
+    decode_enqueue_batch_response,
+    encode_enqueue_atomic_response,
+    encode_enqueue_batch_request,
+    encode_enqueue_batch_response,
+    trace_context_field,
+)
+from sepp_lite._codec.job import (
+    JobRecord,
+    decode_reserve_request,
+    decode_reserve_response,
+    encode_reserve_request,
+    encode_reserve_response,
+)
+from sepp_lite._codec.lease import (
+    decode_ack_request,
+    decode_ack_response,
+    decode_extend_request,
+    decode_extend_response,
+    decode_nack_request,
+    decode_nack_response,
+    encode_ack_request,
+    encode_ack_response,
+    encode_extend_request,
+    encode_extend_response,
+    encode_nack_request,
+    encode_nack_response,
+    nack_retry_field,
+)
+from sepp_lite._codec.rejections import RawScheduledTooFar, write_job_rejection
+from sepp_lite._codec.server_info import encode_get_server_info_response
 from sepp_lite._proto.sepp import v1 as pb
 from sepp_lite.types import (
     DeadLetterRecord,
@@ -69,7 +107,7 @@ def _expected_enqueue_in(msg: pb.EnqueueRequest) -> dict[str, Any]:
 @SOME
 @given(msgs=st.lists(s.pb_enqueue_requests(), max_size=4))
 def test_enqueue_batch_request_decodes_with_presence(msgs: list[pb.EnqueueRequest]) -> None:
-    decoded = server.decode_enqueue_batch(bytes(pb.EnqueueBatchRequest(msgs)))
+    decoded = decode_enqueue_batch_request(bytes(pb.EnqueueBatchRequest(msgs)))
     assert s.norm([_slots(job) for job in decoded]) == s.norm(
         [_expected_enqueue_in(msg) for msg in msgs]
     )
@@ -78,7 +116,7 @@ def test_enqueue_batch_request_decodes_with_presence(msgs: list[pb.EnqueueReques
 @SOME
 @given(msg=s.pb_reserve_requests)
 def test_reserve_request_decodes_with_presence(msg: pb.ReserveRequest) -> None:
-    decoded = server.decode_reserve(bytes(msg))
+    decoded = decode_reserve_request(bytes(msg))
     assert s.norm(_slots(decoded)) == s.norm(
         {
             "lease_duration": _duration_or_none(msg.lease_duration),
@@ -98,7 +136,7 @@ def _lease_in(**fields: Any) -> dict[str, Any]:
 @SOME
 @given(msg=s.pb_ack_requests)
 def test_ack_request_decodes(msg: pb.AckRequest) -> None:
-    decoded = server.decode_lease_request("ack", bytes(msg))
+    decoded = decode_ack_request(bytes(msg))
     expected = _lease_in(job_id=msg.job_id, attempt=msg.attempt, worker_id=msg.worker_id)
     assert s.norm(_slots(decoded)) == s.norm(expected)
 
@@ -115,7 +153,7 @@ def _retry_value(retry: Optional[pb.NackRetry]) -> Optional[tuple[object, ...]]:
 @SOME
 @given(msg=s.pb_nack_requests)
 def test_nack_request_decodes_every_retry_strategy(msg: pb.NackRequest) -> None:
-    decoded = server.decode_lease_request("nack", bytes(msg))
+    decoded = decode_nack_request(bytes(msg))
     expected = _lease_in(
         job_id=msg.job_id,
         attempt=msg.attempt,
@@ -129,7 +167,7 @@ def test_nack_request_decodes_every_retry_strategy(msg: pb.NackRequest) -> None:
 @SOME
 @given(msg=s.pb_extend_requests)
 def test_extend_request_decodes(msg: pb.ExtendRequest) -> None:
-    decoded = server.decode_lease_request("extend", bytes(msg))
+    decoded = decode_extend_request(bytes(msg))
     expected = _lease_in(
         job_id=msg.job_id,
         attempt=msg.attempt,
@@ -142,7 +180,7 @@ def test_extend_request_decodes(msg: pb.ExtendRequest) -> None:
 @SOME
 @given(msg=s.pb_drain_requests)
 def test_drain_request_decodes(msg: pb.DrainDeadLettersRequest) -> None:
-    assert server.decode_drain(bytes(msg)) == (msg.queue, msg.max)
+    assert decode_drain_dead_letters_request(bytes(msg)) == (msg.queue, msg.max)
 
 
 def test_zero_durations_and_epoch_are_present_per_protobuf() -> None:
@@ -150,16 +188,16 @@ def test_zero_durations_and_epoch_are_present_per_protobuf() -> None:
     reserve = protobuf_ref.new("ReserveRequest", queues=["q"])
     reserve.wait_timeout.SetInParent()
     reserve.lease_duration.SetInParent()
-    decoded = server.decode_reserve(reserve.SerializeToString())
+    decoded = decode_reserve_request(reserve.SerializeToString())
     assert (decoded.wait_timeout, decoded.lease_duration) == ((0, 0), (0, 0))
-    assert server.decode_reserve(b"").wait_timeout is None
+    assert decode_reserve_request(b"").wait_timeout is None
     job = protobuf_ref.new("EnqueueRequest", queue="q", job_type="t")
     job.scheduled_at.SetInParent()
     batch = protobuf_ref.new("EnqueueBatchRequest", jobs=[job])
-    assert server.decode_enqueue_batch(batch.SerializeToString())[0].scheduled_at == (0, 0)
+    assert decode_enqueue_batch_request(batch.SerializeToString())[0].scheduled_at == (0, 0)
     extend = protobuf_ref.new("ExtendRequest", job_id="j")
     extend.lease_duration.SetInParent()
-    lease = server.decode_lease_request("extend", extend.SerializeToString()).lease_duration
+    lease = decode_extend_request(extend.SerializeToString()).lease_duration
     assert lease == (0, 0)
 
 
@@ -167,7 +205,7 @@ def test_zero_durations_and_epoch_are_present_per_protobuf() -> None:
 # Server encode, read back by betterproto (values) and protobuf (presence)
 
 
-def _check_job_pb(msg: pb.Job, record: server.JobRecord, attempt: int, expiry_ms: int) -> None:
+def _check_job_pb(msg: pb.Job, record: JobRecord, attempt: int, expiry_ms: int) -> None:
     assert (msg.id, msg.queue, msg.job_type) == (record.id, record.queue, record.job_type)
     assert (msg.priority, msg.attempt, msg.max_attempts) == (
         record.priority,
@@ -184,7 +222,7 @@ def _check_job_pb(msg: pb.Job, record: server.JobRecord, attempt: int, expiry_ms
     assert msg.lease_expires_at == s.ms_datetime(expiry_ms)
 
 
-def _check_job_presence(ref: Any, record: server.JobRecord, expiry_ms: int) -> None:
+def _check_job_presence(ref: Any, record: JobRecord, expiry_ms: int) -> None:
     # Timestamps are always on the wire (the epoch too); scheduled_at only when set, with
     # its nanoseconds intact.
     assert ref.HasField("enqueued_at") and ref.HasField("lease_expires_at")
@@ -210,9 +248,9 @@ deliveries = st.lists(st.tuples(s.job_records(valid=False), s.uint32s, s.timesta
 @SOME
 @given(items=deliveries)
 def test_reserve_response_reads_back_in_betterproto_and_protobuf(
-    items: list[tuple[server.JobRecord, int, int]],
+    items: list[tuple[JobRecord, int, int]],
 ) -> None:
-    data = server.encode_reserve(items)
+    data = encode_reserve_response(items)
     msg = pb.ReserveResponse().parse(data)
     ref = protobuf_ref.parse("ReserveResponse", data)
     assert len(msg.jobs) == len(ref.jobs) == len(items)
@@ -224,7 +262,7 @@ def test_reserve_response_reads_back_in_betterproto_and_protobuf(
 @SOME
 @given(outcomes=st.lists(st.tuples(s.texts, st.booleans()) | s.rejections, max_size=4))
 def test_enqueue_batch_response_reads_back(outcomes: list[Any]) -> None:
-    msg = pb.EnqueueBatchResponse().parse(server.encode_enqueue_batch(outcomes))
+    msg = pb.EnqueueBatchResponse().parse(encode_enqueue_batch_response(outcomes))
     decoded: list[Any] = []
     for result in msg.results:
         name, value = betterproto.which_one_of(result, "outcome")
@@ -238,15 +276,15 @@ def test_enqueue_batch_response_reads_back(outcomes: list[Any]) -> None:
 
 @SOME
 @given(rejection=s.rejections)
-def test_rejection_body_reads_back(rejection: errors.JobRejection) -> None:
-    parsed = pb.JobRejection().parse(server.rejection_body(rejection))
+def test_job_rejection_body_reads_back(rejection: errors.JobRejection) -> None:
+    parsed = pb.JobRejection().parse(write_job_rejection(rejection))
     assert s.norm(s.rejection_from_pb(parsed)) == s.norm(rejection)
 
 
 @SOME
 @given(acks=st.lists(st.tuples(s.texts, st.booleans()), max_size=4))
 def test_atomic_success_reads_back(acks: list[tuple[str, bool]]) -> None:
-    msg = pb.EnqueueAtomicResponse().parse(server.encode_atomic_success(acks))
+    msg = pb.EnqueueAtomicResponse().parse(encode_enqueue_atomic_response(success=acks))
     name, value = betterproto.which_one_of(msg, "outcome")
     assert name == "success"
     assert [(r.job_id, r.deduplicated) for r in value.responses] == acks
@@ -255,7 +293,7 @@ def test_atomic_success_reads_back(acks: list[tuple[str, bool]]) -> None:
 @SOME
 @given(failures=st.lists(st.tuples(s.uint32s, s.rejections), max_size=4))
 def test_atomic_failure_reads_back(failures: list[tuple[int, errors.JobRejection]]) -> None:
-    msg = pb.EnqueueAtomicResponse().parse(server.encode_atomic_failure(failures))
+    msg = pb.EnqueueAtomicResponse().parse(encode_enqueue_atomic_response(rejection=failures))
     name, value = betterproto.which_one_of(msg, "outcome")
     assert name == "rejection"
     decoded = [(e.index, s.rejection_from_pb(e.rejection)) for e in value.errors]
@@ -265,10 +303,10 @@ def test_atomic_failure_reads_back(failures: list[tuple[int, errors.JobRejection
 @SOME
 @given(job_id=s.texts, dead_lettered=st.booleans(), expiry=s.timestamp_ms)
 def test_ack_nack_extend_responses_read_back(job_id: str, dead_lettered: bool, expiry: int) -> None:
-    assert pb.AckResponse().parse(server.encode_ack(job_id)).job_id == job_id
-    nack = pb.NackResponse().parse(server.encode_nack(job_id, dead_lettered))
+    assert pb.AckResponse().parse(encode_ack_response(job_id)).job_id == job_id
+    nack = pb.NackResponse().parse(encode_nack_response(job_id, dead_lettered))
     assert (nack.job_id, nack.dead_lettered) == (job_id, dead_lettered)
-    data = server.encode_extend(job_id, expiry)
+    data = encode_extend_response(job_id, expiry)
     extend = pb.ExtendResponse().parse(data)
     assert (extend.job_id, extend.lease_expires_at) == (job_id, s.ms_datetime(expiry))
     ref = protobuf_ref.parse("ExtendResponse", data)
@@ -277,7 +315,7 @@ def test_ack_nack_extend_responses_read_back(job_id: str, dead_lettered: bool, e
 
 
 dead_letters = st.builds(
-    server.DeadLetterOut,
+    DeadLetterOut,
     s.job_records(valid=False),
     s.causes,
     s.timestamp_ms,
@@ -288,8 +326,8 @@ dead_letters = st.builds(
 
 @SOME
 @given(records=st.lists(dead_letters, max_size=3))
-def test_drain_response_reads_back(records: list[server.DeadLetterOut]) -> None:
-    data = server.encode_drain(records)
+def test_drain_response_reads_back(records: list[DeadLetterOut]) -> None:
+    data = encode_drain_dead_letters_response(records)
     msg = pb.DrainDeadLettersResponse().parse(data)
     ref = protobuf_ref.parse("DrainDeadLettersResponse", data)
     assert len(msg.records) == len(ref.records) == len(records)
@@ -312,8 +350,8 @@ def test_drain_response_reads_back(records: list[server.DeadLetterOut]) -> None:
 def test_raw_scheduled_too_far_echoes_the_request_timestamp(
     horizon: timedelta, wire_actual: tuple[int, int]
 ) -> None:
-    rejection = server.RawScheduledTooFar(horizon, s.EPOCH, wire_actual=wire_actual)
-    ref = protobuf_ref.parse("JobRejection", server.rejection_body(rejection))
+    rejection = RawScheduledTooFar(horizon, s.EPOCH, wire_actual=wire_actual)
+    ref = protobuf_ref.parse("JobRejection", write_job_rejection(rejection))
     assert ref.WhichOneof("reason") == "scheduled_too_far"
     assert protobuf_ref.seconds_nanos(ref.scheduled_too_far.actual) == wire_actual
     assert protobuf_ref.seconds_nanos(ref.scheduled_too_far.horizon) == s.duration_parts(horizon)
@@ -340,7 +378,7 @@ _INFO_DURATIONS = ["max_schedule_horizon", "max_wait_timeout", "max_lease_durati
 @SOME
 @given(info=s.server_infos)
 def test_server_info_encodes_per_protobuf(info: ServerInfo) -> None:
-    ref = protobuf_ref.parse("GetServerInfoResponse", server.encode_server_info(info))
+    ref = protobuf_ref.parse("GetServerInfoResponse", encode_get_server_info_response(info))
     assert ref.server_version == info.version
     assert list(ref.supported_protocol_versions) == info.supported_protocol_versions
     assert list(ref.allowed_encodings) == info.allowed_encodings
@@ -399,9 +437,9 @@ def test_enqueue_batch_client_to_server(
     jobs: list[EnqueueRequest], injected: Optional[TraceContext]
 ) -> None:
     field = (
-        b"" if injected is None else client.trace_field(injected.traceparent, injected.tracestate)
+        b"" if injected is None else trace_context_field(injected.traceparent, injected.tracestate)
     )
-    decoded = server.decode_enqueue_batch(client.encode_enqueue_batch(jobs, field))
+    decoded = decode_enqueue_batch_request(encode_enqueue_batch_request(jobs, field))
     assert s.norm([_slots(job) for job in decoded]) == s.norm(
         [_enqueue_in_of(job, injected) for job in jobs]
     )
@@ -410,7 +448,7 @@ def test_enqueue_batch_client_to_server(
 @SOME
 @given(opts=s.reserve_options, override=st.none() | s.uint32s)
 def test_reserve_client_to_server(opts: ReserveOptions, override: Optional[int]) -> None:
-    decoded = server.decode_reserve(client.encode_reserve(opts, override))
+    decoded = decode_reserve_request(encode_reserve_request(opts, override))
     assert s.norm(_slots(decoded)) == s.norm(
         {
             "lease_duration": s.duration_parts(opts.lease_duration),
@@ -440,16 +478,16 @@ def test_lease_requests_client_to_server(
     lease: timedelta,
 ) -> None:
     common = {"job_id": job_id, "attempt": attempt, "worker_id": worker_id}
-    ack = server.decode_lease_request("ack", client.encode_ack(job_id, attempt, worker_id))
+    ack = decode_ack_request(encode_ack_request(job_id, attempt, worker_id))
     assert s.norm(_slots(ack)) == s.norm(_lease_in(**common))
     kind, delay = retry
-    retry_field = client.nack_retry_field(kind, delay)
-    nack_bytes = client.encode_nack(job_id, attempt, reason, retry_field, worker_id)
-    nack = server.decode_lease_request("nack", nack_bytes)
+    retry_field = nack_retry_field(kind, delay)
+    nack_bytes = encode_nack_request(job_id, attempt, reason, retry_field, worker_id)
+    nack = decode_nack_request(nack_bytes)
     expected_retry = ("delay", *s.duration_parts(delay)) if delay is not None else (kind,)
     assert s.norm(_slots(nack)) == s.norm(_lease_in(**common, reason=reason, retry=expected_retry))
-    extend_bytes = client.encode_extend(job_id, attempt, lease, worker_id)
-    extend = server.decode_lease_request("extend", extend_bytes)
+    extend_bytes = encode_extend_request(job_id, attempt, lease, worker_id)
+    extend = decode_extend_request(extend_bytes)
     expected = _lease_in(**common, lease_duration=s.duration_parts(lease))
     assert s.norm(_slots(extend)) == s.norm(expected)
 
@@ -457,7 +495,10 @@ def test_lease_requests_client_to_server(
 @SOME
 @given(queue=st.none() | s.texts, limit=st.none() | s.uint32s)
 def test_drain_client_to_server(queue: Optional[str], limit: Optional[int]) -> None:
-    assert server.decode_drain(client.encode_drain(queue, limit)) == (queue, limit)
+    assert decode_drain_dead_letters_request(encode_drain_dead_letters_request(queue, limit)) == (
+        queue,
+        limit,
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -466,23 +507,23 @@ def test_drain_client_to_server(queue: Optional[str], limit: Optional[int]) -> N
 
 @SOME
 @given(items=st.lists(st.tuples(s.job_records(), s.uint32s, s.timestamp_ms), max_size=4))
-def test_reserve_server_to_client(items: list[tuple[server.JobRecord, int, int]]) -> None:
-    jobs, problems = client.decode_reserve(server.encode_reserve(items))
+def test_reserve_server_to_client(items: list[tuple[JobRecord, int, int]]) -> None:
+    jobs, problems = decode_reserve_response(encode_reserve_response(items))
     assert problems == []
     expected = [s.expected_job_from_record(*item) for item in items]
     assert s.norm(jobs) == s.norm(expected)
 
 
-def _acceptable(record: server.JobRecord) -> bool:
+def _acceptable(record: JobRecord) -> bool:
     return bool(record.id) and bool(record.job_type) and record.priority <= 9
 
 
 @SOME
 @given(items=deliveries)
 def test_reserve_server_to_client_skips_what_the_client_refuses(
-    items: list[tuple[server.JobRecord, int, int]],
+    items: list[tuple[JobRecord, int, int]],
 ) -> None:
-    jobs, problems = client.decode_reserve(server.encode_reserve(items))
+    jobs, problems = decode_reserve_response(encode_reserve_response(items))
     kept = [item for item in items if _acceptable(item[0])]
     # Invalid trace contexts are dropped (expected_job_from_record), not fatal.
     assert s.norm(jobs) == s.norm([s.expected_job_from_record(*item) for item in kept])
@@ -496,7 +537,7 @@ def _batch_value(outcome: Any) -> object:
 @SOME
 @given(outcomes=st.lists(st.tuples(s.texts, st.booleans()) | s.rejections, max_size=5))
 def test_enqueue_batch_server_to_client(outcomes: list[Any]) -> None:
-    decoded = client.decode_enqueue_batch(server.encode_enqueue_batch(outcomes))
+    decoded = decode_enqueue_batch_response(encode_enqueue_batch_response(outcomes))
     assert s.norm(decoded) == s.norm([_batch_value(o) for o in outcomes])
 
 
@@ -505,32 +546,32 @@ def test_enqueue_batch_server_to_client(outcomes: list[Any]) -> None:
 @given(data=st.data())
 def test_every_rejection_variant_round_trips(index: int, data: st.DataObject) -> None:
     rejection = data.draw(s.rejection_variants[index])
-    decoded = client.decode_enqueue_batch(server.encode_enqueue_batch([rejection]))
+    decoded = decode_enqueue_batch_response(encode_enqueue_batch_response([rejection]))
     assert s.norm(decoded) == s.norm([rejection])
 
 
 def test_unknown_rejection_round_trips() -> None:
-    data = server.encode_enqueue_batch([errors.UnknownRejection()])
-    assert client.decode_enqueue_batch(data) == [errors.UnknownRejection()]
+    data = encode_enqueue_batch_response([errors.UnknownRejection()])
+    assert decode_enqueue_batch_response(data) == [errors.UnknownRejection()]
 
 
 def test_scheduled_too_far_before_the_epoch_reads_as_the_epoch() -> None:
     rejection = errors.ScheduledTooFar(timedelta(hours=1), s.EPOCH - timedelta(seconds=90))
-    decoded = client.decode_enqueue_batch(server.encode_enqueue_batch([rejection]))
+    decoded = decode_enqueue_batch_response(encode_enqueue_batch_response([rejection]))
     assert decoded == [errors.ScheduledTooFar(timedelta(hours=1), s.EPOCH)]
 
 
 @SOME
 @given(acks=st.lists(st.tuples(s.texts, st.booleans()), max_size=4))
 def test_atomic_success_server_to_client(acks: list[tuple[str, bool]]) -> None:
-    decoded = client.decode_enqueue_atomic(server.encode_atomic_success(acks))
+    decoded = decode_enqueue_atomic_response(encode_enqueue_atomic_response(success=acks))
     assert decoded == ("success", [EnqueueAck(*ack) for ack in acks])
 
 
 @SOME
 @given(failures=st.lists(st.tuples(s.uint32s, s.rejections), max_size=4))
 def test_atomic_failure_server_to_client(failures: list[tuple[int, errors.JobRejection]]) -> None:
-    decoded = client.decode_enqueue_atomic(server.encode_atomic_failure(failures))
+    decoded = decode_enqueue_atomic_response(encode_enqueue_atomic_response(rejection=failures))
     expected = ("rejection", [errors.JobValidationError(i, r) for i, r in failures])
     assert s.norm(decoded) == s.norm(expected)
 
@@ -538,16 +579,16 @@ def test_atomic_failure_server_to_client(failures: list[tuple[int, errors.JobRej
 @SOME
 @given(job_id=s.texts, dead_lettered=st.booleans(), expiry=s.timestamp_ms)
 def test_ack_nack_extend_server_to_client(job_id: str, dead_lettered: bool, expiry: int) -> None:
-    assert client.decode_ack(server.encode_ack(job_id)) == job_id
-    assert client.decode_nack(server.encode_nack(job_id, dead_lettered)) == (
+    assert decode_ack_response(encode_ack_response(job_id)) == job_id
+    assert decode_nack_response(encode_nack_response(job_id, dead_lettered)) == (
         job_id,
         dead_lettered,
     )
-    decoded = client.decode_extend(server.encode_extend(job_id, expiry))
+    decoded = decode_extend_response(encode_extend_response(job_id, expiry))
     assert s.norm(decoded) == s.norm((job_id, s.ms_datetime(expiry)))
 
 
-def _expected_dead_letter(out: server.DeadLetterOut) -> DeadLetterRecord:
+def _expected_dead_letter(out: DeadLetterOut) -> DeadLetterRecord:
     ctx = s.expected_job_from_record(out.job, out.final_attempt, 0).ctx
     return DeadLetterRecord(
         queue=ctx.queue,
@@ -568,7 +609,7 @@ def _expected_dead_letter(out: server.DeadLetterOut) -> DeadLetterRecord:
 
 
 valid_dead_letters = st.builds(
-    server.DeadLetterOut,
+    DeadLetterOut,
     s.job_records(),
     s.causes,
     s.timestamp_ms,
@@ -579,8 +620,10 @@ valid_dead_letters = st.builds(
 
 @SOME
 @given(records=st.lists(valid_dead_letters, max_size=3))
-def test_drain_server_to_client(records: list[server.DeadLetterOut]) -> None:
-    decoded, problems = client.decode_drain(server.encode_drain(records))
+def test_drain_server_to_client(records: list[DeadLetterOut]) -> None:
+    decoded, problems = decode_drain_dead_letters_response(
+        encode_drain_dead_letters_response(records)
+    )
     assert problems == []
     assert s.norm(decoded) == s.norm([_expected_dead_letter(r) for r in records])
 
@@ -589,12 +632,12 @@ def test_drain_server_to_client(records: list[server.DeadLetterOut]) -> None:
 # Unknown fields in requests
 
 SERVER_DECODERS: dict[str, Callable[[bytes], object]] = {
-    "EnqueueBatchRequest": server.decode_enqueue_batch,
-    "ReserveRequest": server.decode_reserve,
-    "AckRequest": partial(server.decode_lease_request, "ack"),
-    "NackRequest": partial(server.decode_lease_request, "nack"),
-    "ExtendRequest": partial(server.decode_lease_request, "extend"),
-    "DrainDeadLettersRequest": server.decode_drain,
+    "EnqueueBatchRequest": decode_enqueue_batch_request,
+    "ReserveRequest": decode_reserve_request,
+    "AckRequest": decode_ack_request,
+    "NackRequest": decode_nack_request,
+    "ExtendRequest": decode_extend_request,
+    "DrainDeadLettersRequest": decode_drain_dead_letters_request,
 }
 
 

@@ -22,7 +22,9 @@ import trustme
 
 import sepp_lite as sepp
 from sepp_lite import ConnectError, SeppClient, TransportError
-from sepp_lite._codec import server as srv
+from sepp_lite._codec.dead_letters import encode_drain_dead_letters_response
+from sepp_lite._codec.enqueue import decode_enqueue_batch_request, encode_enqueue_batch_response
+from sepp_lite._codec.job import encode_reserve_response
 from sepp_lite.errors import Status, is_retryable
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import (
@@ -75,11 +77,11 @@ def valid_answer(request: RawRequest) -> list[Action]:
     if method == "GetServerInfo":
         return grpc_ok(server_info_bytes())
     if method == "EnqueueBatch":
-        jobs = srv.decode_enqueue_batch(body)
-        return grpc_ok(srv.encode_enqueue_batch([("a" * 8, False) for _ in jobs]))
+        jobs = decode_enqueue_batch_request(body)
+        return grpc_ok(encode_enqueue_batch_response([("a" * 8, False) for _ in jobs]))
     if method == "Reserve":
-        return grpc_ok(srv.encode_reserve([]))
-    return grpc_ok(srv.encode_drain([]))
+        return grpc_ok(encode_reserve_response([]))
+    return grpc_ok(encode_drain_dead_letters_response([]))
 
 
 # -- GOAWAY ----------------------------------------------------------------------------

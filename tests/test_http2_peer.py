@@ -35,7 +35,7 @@ from sepp_lite import (
     SeppClient,
     TransportError,
 )
-from sepp_lite._codec import server as srv
+from sepp_lite._codec.enqueue import decode_enqueue_batch_request
 from sepp_lite.errors import is_retryable
 from sepp_lite.types import Payload
 from tests.client_helpers import (
@@ -123,7 +123,7 @@ def complaints(conn: PeerConnection) -> list[tuple[int, int]]:
 
 
 def queue_of(request: Request) -> str:
-    return srv.decode_enqueue_batch(request.message)[0].queue
+    return decode_enqueue_batch_request(request.message)[0].queue
 
 
 def sepp_records(caplog: pytest.LogCaptureFixture, above: int) -> list[str]:
@@ -230,7 +230,7 @@ def payload_jobs(total: int, count: int) -> list[sepp.EnqueueRequest]:
 
 
 def assert_body_is(request: Request, jobs: list[sepp.EnqueueRequest]) -> None:
-    received = srv.decode_enqueue_batch(request.message)
+    received = decode_enqueue_batch_request(request.message)
     assert [j.payload for j in received] == [(j.payload.data, j.payload.encoding) for j in jobs]  # type: ignore[union-attr]
 
 

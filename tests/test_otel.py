@@ -39,7 +39,7 @@ from sepp_lite import (
     Worker,
     _otel,
 )
-from sepp_lite._codec import server as srv
+from sepp_lite._codec.enqueue import decode_enqueue_batch_request
 from sepp_lite.errors import Status
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import (
@@ -197,7 +197,7 @@ async def test_one_span_wraps_every_retry(otel: Telemetry) -> None:
         # Every attempt: the same span in the metadata and in the job.
         assert call.header("traceparent") == [traceparent]
         assert call.header("tracestate") == []
-        [sent] = srv.decode_enqueue_batch(call.request)
+        [sent] = decode_enqueue_batch_request(call.request)
         assert sent.trace == (traceparent, None)
     assert otel.names() == ["sepp.enqueue"]
 

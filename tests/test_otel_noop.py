@@ -31,7 +31,7 @@ from sepp_lite import (
     Worker,
     _otel,
 )
-from sepp_lite._codec import server as srv
+from sepp_lite._codec.enqueue import decode_enqueue_batch_request
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import ScriptedServer, connected, hand_ctx, unique_queue
 
@@ -150,7 +150,7 @@ async def test_the_client_sends_no_trace_context(no_otel: None) -> None:
     for call in server.calls:
         assert call.header("traceparent") == [] and call.header("tracestate") == []
     batch, atomic = (
-        srv.decode_enqueue_batch(server.calls_to(m)[0].request)
+        decode_enqueue_batch_request(server.calls_to(m)[0].request)
         for m in ("EnqueueBatch", "EnqueueAtomic")
     )
     # Nothing injected; a job's own context still goes out verbatim.

@@ -17,7 +17,10 @@ from grpclib.client import Channel, UnaryStreamMethod
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError, StreamTerminatedError
 
-from sepp_lite._codec import client as client_codec
+from sepp_lite._codec.dead_letters import (
+    decode_drain_dead_letters_response,
+    encode_drain_dead_letters_request,
+)
 from sepp_lite._proto.sepp import v1 as pb
 from sepp_lite._time import EPOCH
 from sepp_lite.testing import ConfigError, ManualClock, QueueConfig, SeppTestServer
@@ -138,8 +141,10 @@ async def test_dead_letter_record_bytes_carry_the_epoch_lease_placeholder(
     await stub.reserve(reserve_request(lease_duration=timedelta(seconds=1)))
     await server.advance(1)
     async with raw_channel(server) as channel:
-        data = await raw_call(channel, "DrainDeadLetters", client_codec.encode_drain(None, 5))
-    records, problems = client_codec.decode_drain(data)
+        data = await raw_call(
+            channel, "DrainDeadLetters", encode_drain_dead_letters_request(None, 5)
+        )
+    records, problems = decode_drain_dead_letters_response(data)
     assert problems == []
     [record] = records
     assert (record.job_id, record.queue, record.final_attempt) == (result.success.job_id, "q", 1)

@@ -1,22 +1,25 @@
-"""Protobuf wire primitives shared by the client and server codecs.
+"""Protobuf wire primitives shared by every message family of the codec.
 
 Readers take ``(data, pos)`` and return ``(value, new_pos)``; they may raise
 ``IndexError`` or ``UnicodeDecodeError`` on bad input, which the public entry points turn
-into one :class:`~sepp_lite.errors.DecodeError`. Writers return ``bytes``.
+into one :class:`~sepp_lite.errors.DecodeError` (:func:`guarded`). Writers take a field's
+tag (from :mod:`~sepp_lite._codec.schema`) and return the whole field as ``bytes``.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 from typing import Callable, TypeVar
 
+from sepp_lite._codec.schema import I32, I64, LEN, TIMESTAMP_NANOS, TIMESTAMP_SECONDS, VARINT
 from sepp_lite._time import EPOCH
 from sepp_lite.errors import DecodeError
 
 T = TypeVar("T")
+R = TypeVar("R")
 
-VARINT, I64, LEN, I32 = 0, 1, 2, 5
 _U32 = 0xFFFF_FFFF
 _U64 = 0xFFFF_FFFF_FFFF_FFFF
 _I64_MIN = -(1 << 63)
@@ -42,6 +45,12 @@ def uvarint(value: int) -> bytes:
         value >>= 7
     out.append(value)
     return bytes(out)
+
+
+# Every tag's encoding, by tag, for field numbers up to 255 (sepp.v1 stops at 20): an
+# index is cheaper than encoding the tag for each field written, and a tuple (immutable)
+# lets PyPy's JIT fold the lookup of a constant tag away.
+_KEYS = tuple([uvarint(tag) for tag in range(256 << 3)])
 
 
 def svarint64(value: int) -> bytes:
@@ -131,22 +140,89 @@ def read_str(data: bytes, pos: int, end: int) -> tuple[str, int]:
     return data[start:stop].decode(), stop
 
 
+def end_check(pos: int, stop: int) -> None:
+    if pos != stop:
+        raise DecodeError("message runs past its declared length")
+
+
+def read_fields(data: bytes, pos: int, stop: int) -> list[tuple[int, int, int]]:
+    """The fields of one message as ``(tag, a, b)``: for length-delimited fields the
+    span ``a:b``, for varints ``(value, -1)``; fixed-width fields are skipped. For the
+    small messages, where clarity costs nothing measurable."""
+    out = []
+    while pos < stop:
+        tag, pos = read_tag(data, pos)
+        if tag < 8:
+            raise DecodeError("field number 0 is not valid")
+        wire_type = tag & 7
+        if wire_type == LEN:
+            start, pos = read_len(data, pos, stop)
+            out.append((tag, start, pos))
+        elif wire_type == VARINT:
+            value, pos = read_varint(data, pos)
+            out.append((tag, value, -1))
+        else:
+            pos = skip_field(data, pos, stop, tag)
+    end_check(pos, stop)
+    return out
+
+
+def read_into(
+    record: R,
+    fields: Mapping[int, tuple[str, Callable[[bytes, int, int], object]]],
+    data: bytes,
+    pos: int,
+    stop: int,
+) -> R:
+    """Set ``record``'s attributes from one message: ``fields`` maps a tag to the
+    attribute and the reader of the field's span (or varint, see :func:`read_fields`);
+    other fields are skipped, and the last occurrence of a field wins."""
+    for field, a, b in read_fields(data, pos, stop):
+        known = fields.get(field)
+        if known is not None:
+            setattr(record, known[0], known[1](data, a, b))
+    return record
+
+
+def read_text(data: bytes, start: int, stop: int) -> str:
+    return data[start:stop].decode()
+
+
+def read_uint32(data: bytes, value: int, _: int) -> int:
+    """A uint32 varint from :func:`read_fields` (``(value, -1)``), as protobuf reads one
+    (the low 32 bits)."""
+    return value & _U32
+
+
+def read_repeated(data: bytes, tag_wanted: int, read: Callable[[bytes, int, int], T]) -> list[T]:
+    """Every occurrence of one repeated message field at the top level of ``data``."""
+    items = []
+    pos, end = 0, len(data)
+    while pos < end:
+        tag, pos = read_tag(data, pos)
+        if tag == tag_wanted:
+            start, pos = read_len(data, pos, end)
+            items.append(read(data, start, pos))
+        else:
+            pos = skip_field(data, pos, end, tag)
+    return items
+
+
 def read_seconds_nanos(data: bytes, start: int, stop: int) -> tuple[int, int]:
     """Decode a google.protobuf.Timestamp or Duration body into (seconds, nanos)."""
     seconds = nanos = 0
     pos = start
     while pos < stop:
         tag, pos = read_tag(data, pos)
-        if tag == 0x08:
+        if tag == TIMESTAMP_SECONDS:
             value, pos = read_varint(data, pos)
             seconds = as_int64(value)
-        elif tag == 0x10:
+        elif tag == TIMESTAMP_NANOS:
             value, pos = read_varint(data, pos)
             nanos = as_int32(value)
         else:
             pos = skip_field(data, pos, stop, tag)
-    if pos != stop:
-        raise DecodeError("message runs past its declared length")
+    end_check(pos, stop)
     return seconds, nanos
 
 
@@ -170,9 +246,9 @@ def seconds_nanos_body(seconds: int, nanos: int) -> bytes:
     """Encode a Timestamp or Duration body (fields left out when zero)."""
     parts = b""
     if seconds:
-        parts = b"\x08" + svarint64(seconds)
+        parts = _KEYS[TIMESTAMP_SECONDS] + svarint64(seconds)
     if nanos:
-        parts += b"\x10" + svarint64(nanos)
+        parts += _KEYS[TIMESTAMP_NANOS] + svarint64(nanos)
     return parts
 
 
@@ -195,22 +271,32 @@ def ms_body(ms: int) -> bytes:
     return seconds_nanos_body(seconds, rest * 1_000_000)
 
 
-def field_bytes(tag: bytes, value: bytes) -> bytes:
+def key(tag: int) -> bytes:
+    """A tag as it goes on the wire."""
+    return _KEYS[tag]
+
+
+def field_bytes(tag: int, value: bytes) -> bytes:
     """A length-delimited field: tag, length, value."""
     size = len(value)
-    return tag + (_SMALL[size] if size < 0x80 else uvarint(size)) + value
+    return _KEYS[tag] + (_SMALL[size] if size < 0x80 else uvarint(size)) + value
 
 
-def field_str(tag: bytes, value: str) -> bytes:
+def field_str(tag: int, value: str) -> bytes:
     return field_bytes(tag, value.encode())
 
 
-def field_uint(tag: bytes, value: int) -> bytes:
-    return tag + (_SMALL[value] if value < 0x80 else uvarint(value))
+def field_uint(tag: int, value: int) -> bytes:
+    return _KEYS[tag] + (_SMALL[value] if value < 0x80 else uvarint(value))
 
 
-def field_double(tag: bytes, value: float) -> bytes:
-    return tag + _pack_double(value)
+def field_double(tag: int, value: float) -> bytes:
+    return _KEYS[tag] + _pack_double(value)
+
+
+def field_bool(tag: int, value: bool) -> bytes:
+    """A bool field, left off when false (proto3 implicit presence)."""
+    return _KEYS[tag] + b"\x01" if value else b""
 
 
 def check_uint32(value: object, name: str) -> int:

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta, timezone
 from typing import IO, Any, Optional
 
 from sepp_lite import errors
-from sepp_lite._codec import client as codec
+from sepp_lite._codec.enqueue import write_enqueue_request
 from sepp_lite.cli.common import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -194,7 +194,7 @@ def _check_enqueue_args(args: argparse.Namespace) -> None:
 def _check_request(request: EnqueueRequest) -> int:
     """Run the client's own encoder on ``request`` (what enqueue would refuse before
     sending); return the encoded size."""
-    return len(codec.enqueue_body(request))
+    return len(write_enqueue_request(request))
 
 
 def _payload_from_args(args: argparse.Namespace) -> Optional[Payload]:

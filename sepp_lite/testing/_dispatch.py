@@ -15,8 +15,29 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from sepp_lite._codec import server as codec
 from sepp_lite._codec._wire import guarded, read_len, read_tag, skip_field
+from sepp_lite._codec.dead_letters import (
+    decode_drain_dead_letters_request,
+    encode_drain_dead_letters_response,
+)
+from sepp_lite._codec.enqueue import (
+    decode_enqueue_batch_request,
+    encode_enqueue_atomic_response,
+    encode_enqueue_batch_response,
+)
+from sepp_lite._codec.job import decode_reserve_request, encode_reserve_response
+from sepp_lite._codec.lease import (
+    decode_ack_request,
+    decode_extend_request,
+    decode_nack_request,
+    encode_ack_response,
+    encode_extend_response,
+    encode_nack_response,
+)
+from sepp_lite._codec.server_info import (
+    decode_get_server_info_request,
+    encode_get_server_info_response,
+)
 from sepp_lite.errors import DecodeError
 from sepp_lite.testing._state import Code, QueueState, RpcError
 
@@ -53,19 +74,6 @@ class Route:
 def _visible_ascii(value: str) -> bool:
     # What http's HeaderValue::to_str accepts: visible ASCII, space and tab.
     return all(" " <= c <= "~" or c == "\t" for c in value)
-
-
-def _check_any_message(data: bytes) -> None:
-    """Raise DecodeError unless ``data`` parses as a protobuf message (its fields
-    unknown or ignored), as prost decodes ``GetServerInfoRequest``."""
-
-    def walk(raw: bytes) -> None:
-        pos, end = 0, len(raw)
-        while pos < end:
-            tag, pos = read_tag(raw, pos)
-            pos = skip_field(raw, pos, end, tag)
-
-    guarded("GetServerInfoRequest", walk, data)
 
 
 def _health_service(data: bytes) -> str:
@@ -171,33 +179,35 @@ class Dispatch:
     # -- the RPCs ----------------------------------------------------------------------
 
     async def _enqueue_batch(self, data: bytes) -> bytes:
-        jobs = codec.decode_enqueue_batch(data)
-        return codec.encode_enqueue_batch(self.state.enqueue_batch(jobs))
+        jobs = decode_enqueue_batch_request(data)
+        return encode_enqueue_batch_response(self.state.enqueue_batch(jobs))
 
     async def _enqueue_atomic(self, data: bytes) -> bytes:
-        result = self.state.enqueue_atomic(codec.decode_enqueue_batch(data))
+        result = self.state.enqueue_atomic(decode_enqueue_batch_request(data))
         if result.acks is not None:
-            return codec.encode_atomic_success(result.acks)
-        return codec.encode_atomic_failure(result.errors or [])
+            return encode_enqueue_atomic_response(success=result.acks)
+        return encode_enqueue_atomic_response(rejection=result.errors or [])
 
     async def _reserve(self, data: bytes) -> bytes:
-        return codec.encode_reserve(await self.state.reserve(codec.decode_reserve(data)))
+        return encode_reserve_response(await self.state.reserve(decode_reserve_request(data)))
 
     async def _ack(self, data: bytes) -> bytes:
-        return codec.encode_ack(self.state.ack(codec.decode_lease_request("ack", data)))
+        return encode_ack_response(self.state.ack(decode_ack_request(data)))
 
     async def _nack(self, data: bytes) -> bytes:
-        return codec.encode_nack(*self.state.nack(codec.decode_lease_request("nack", data)))
+        return encode_nack_response(*self.state.nack(decode_nack_request(data)))
 
     async def _extend(self, data: bytes) -> bytes:
-        return codec.encode_extend(*self.state.extend(codec.decode_lease_request("extend", data)))
+        return encode_extend_response(*self.state.extend(decode_extend_request(data)))
 
     async def _drain(self, data: bytes) -> bytes:
-        return codec.encode_drain(self.state.drain(*codec.decode_drain(data)))
+        return encode_drain_dead_letters_response(
+            self.state.drain(*decode_drain_dead_letters_request(data))
+        )
 
     async def _server_info(self, data: bytes) -> bytes:
-        _check_any_message(data)
-        return codec.encode_server_info(self.state.server_info())
+        decode_get_server_info_request(data)
+        return encode_get_server_info_response(self.state.server_info())
 
     async def _health(self, data: bytes) -> bytes:
         if _health_service(data) in ("", SERVICE):

@@ -1,7 +1,8 @@
 """The queue state machine of the in-process server, independent of any transport.
 
-It applies the real server's semantics (``server-semantics.md``) to wire structs from
-:mod:`sepp_lite._codec.server` and returns what the codec's encoders take. All
+It applies the real server's semantics (``server-semantics.md``) to the request
+records the codec decodes (``sepp_lite._codec``'s ``*In`` classes) and returns what its
+response encoders take. All
 operations run to completion synchronously (one "committer"), each stamped with one
 time from the clock; only the long-poll wait is a coroutine. Request errors raise
 :class:`RpcError` with the gRPC status code and message the real server sends.
@@ -20,15 +21,11 @@ from datetime import datetime, timedelta, timezone
 from typing import NamedTuple, Optional
 
 from sepp_lite import errors
-from sepp_lite._codec.server import (
-    DeadLetterOut,
-    EnqueueIn,
-    EnqueueOutcome,
-    JobRecord,
-    LeaseIn,
-    RawScheduledTooFar,
-    ReserveIn,
-)
+from sepp_lite._codec.dead_letters import DeadLetterOut
+from sepp_lite._codec.enqueue import EnqueueIn, EnqueueOutcome
+from sepp_lite._codec.job import JobRecord, ReserveIn
+from sepp_lite._codec.lease import LeaseIn
+from sepp_lite._codec.rejections import RawScheduledTooFar
 from sepp_lite._time import ms_to_datetime
 from sepp_lite.testing._clock import Clock, RealClock, TimerHandle
 from sepp_lite.testing._config import EffectiveLimits, ServerConfig
