@@ -137,13 +137,13 @@ def test_every_fixture_in_pytest_asyncio_mode(
 ) -> None:
     pytester.makeini(INI.format(mode=mode))
     user_tests(pytester, mark)
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=6)
 
 
 def test_the_fixtures_are_listed(pytester: pytest.Pytester) -> None:
     pytester.makeini(INI.format(mode="strict"))
-    result = pytester.runpytest("--fixtures", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("--fixtures", "-p", "no:cacheprovider")
     for name in ("sepp_server", "sepp_clock", "sepp_addr", "sepp_queue", "sepp_client",
                  "sepp_sync_client", "sepp_drain", "sepp_connect_kwargs"):  # fmt: skip
         result.stdout.fnmatch_lines([f"{name}*"])
@@ -205,7 +205,9 @@ def test_sepp_addr_runs_the_same_tests_against_an_external_server(
 ) -> None:
     pytester.makeini(INI.format(mode="auto"))
     user_tests(pytester)
-    result = pytester.runpytest("--sepp-addr", external_server, "-p", "no:cacheprovider", "-rs")
+    result = pytester.runpytest_subprocess(
+        "--sepp-addr", external_server, "-p", "no:cacheprovider", "-rs"
+    )
     result.assert_outcomes(passed=3, skipped=3)
     result.stdout.fnmatch_lines(
         [
@@ -236,6 +238,6 @@ def test_a_malformed_sepp_addr_is_a_usage_error(pytester: pytest.Pytester) -> No
 def test_the_plugin_can_be_turned_off(pytester: pytest.Pytester) -> None:
     pytester.makeini(INI.format(mode="strict"))
     pytester.makepyfile(test_user="def test_x(sepp_queue):\n    pass\n")
-    result = pytester.runpytest("-p", "no:sepp_lite", "-p", "no:cacheprovider")
+    result = pytester.runpytest_subprocess("-p", "no:sepp_lite", "-p", "no:cacheprovider")
     result.assert_outcomes(errors=1)
     result.stdout.fnmatch_lines(["*fixture 'sepp_queue' not found*"])
