@@ -33,6 +33,7 @@ import asyncio
 import contextlib
 import enum
 import functools
+import gc
 import inspect
 import ssl
 import struct
@@ -1359,19 +1360,22 @@ class Peak:
 @contextlib.asynccontextmanager
 async def memory_peak() -> AsyncIterator[Peak]:
     """The peak memory growth inside the block: the traced Python allocations where
-    tracemalloc exists (CPython), else the resident set sampled every 5 ms (PyPy has
-    no tracemalloc; its bound is looser, as a moving GC's heap is)."""
+    tracemalloc exists (CPython), else the resident set, sampled every 20 ms just
+    after a full collection (PyPy has no tracemalloc, and its GC would otherwise let
+    garbage pile up to a multiple of the live heap before collecting it)."""
     peak = Peak()
     try:
         import tracemalloc
     except ImportError:
         peak.traced = False
+        gc.collect()
         base = _rss()
 
         async def sample() -> None:
             while True:
+                gc.collect()
                 peak.bytes = max(peak.bytes, _rss() - base)
-                await asyncio.sleep(0.005)
+                await asyncio.sleep(0.02)
 
         sampler = asyncio.ensure_future(sample())
         try:
