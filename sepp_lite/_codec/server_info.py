@@ -125,37 +125,51 @@ def encode_get_server_info_response(info: ServerInfo) -> bytes:
 # GetServerInfoResponse: read by the client
 
 _ZERO = timedelta(0)
-
-
-def _defaults() -> dict[str, object]:
-    return {
-        "version": "",
-        "server_time": MISSING,
-        **{name: [] for name in _LISTS.values()},
-        **{name: 0 for name in (*_UINT64S.values(), *_UINT32S.values())},
-        **{name: False for name in _FLAGS.values()},
-        **{name: timedelta(0) for name in _DURATIONS.values()},
-    }
+# What each field sets: the attribute and how its value is read (one lookup per field).
+_UINT, _UINT32, _FLAG, _LIST, _DURATION, _TEXT, _TIME = range(7)
+_READERS: dict[int, tuple[int, str]] = {
+    **{tag: (_UINT, name) for tag, name in _UINT64S.items()},
+    **{tag: (_UINT32, name) for tag, name in _UINT32S.items()},
+    **{tag: (_FLAG, name) for tag, name in _FLAGS.items()},
+    **{tag: (_LIST, name) for tag, name in _LISTS.items()},
+    **{tag: (_DURATION, name) for tag, name in _DURATIONS.items()},
+    GET_SERVER_INFO_RESPONSE_SERVER_VERSION: (_TEXT, "version"),
+    GET_SERVER_INFO_RESPONSE_SERVER_TIME: (_TIME, "server_time"),
+}
+# Unset fields read as protobuf's zero values (the lists are made fresh per answer).
+_DEFAULTS: dict[str, object] = {
+    "version": "",
+    "server_time": MISSING,
+    **{name: 0 for name in (*_UINT64S.values(), *_UINT32S.values())},
+    **{name: False for name in _FLAGS.values()},
+    **{name: _ZERO for name in _DURATIONS.values()},
+}
 
 
 def _read_server_info(data: bytes) -> dict[str, object]:
-    values = _defaults()
+    values = dict(_DEFAULTS)
+    for name in _LISTS.values():
+        values[name] = []
     for field, a, b in read_fields(data, 0, len(data)):
-        if field in _UINT64S:
-            values[_UINT64S[field]] = a
-        elif field in _UINT32S:
-            values[_UINT32S[field]] = a & 0xFFFF_FFFF
-        elif field in _FLAGS:
-            values[_FLAGS[field]] = a != 0
-        elif field in _LISTS:
-            values[_LISTS[field]].append(data[a:b].decode())  # type: ignore[attr-defined]
-        elif field in _DURATIONS:
+        known = _READERS.get(field)
+        if known is None:
+            continue
+        kind, name = known
+        if kind == _UINT:
+            values[name] = a
+        elif kind == _UINT32:
+            values[name] = a & 0xFFFF_FFFF
+        elif kind == _FLAG:
+            values[name] = a != 0
+        elif kind == _LIST:
+            values[name].append(data[a:b].decode())  # type: ignore[attr-defined]
+        elif kind == _DURATION:
             # An unset Duration reads as zero and a negative one is clamped to zero.
-            values[_DURATIONS[field]] = max(to_timedelta(*read_seconds_nanos(data, a, b)), _ZERO)
-        elif field == GET_SERVER_INFO_RESPONSE_SERVER_VERSION:
-            values["version"] = data[a:b].decode()
-        elif field == GET_SERVER_INFO_RESPONSE_SERVER_TIME:
-            values["server_time"] = to_datetime(*read_seconds_nanos(data, a, b))
+            values[name] = max(to_timedelta(*read_seconds_nanos(data, a, b)), _ZERO)
+        elif kind == _TEXT:
+            values[name] = data[a:b].decode()
+        else:
+            values[name] = to_datetime(*read_seconds_nanos(data, a, b))
     return values
 
 
