@@ -17,10 +17,16 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
 
+OUTER_MAKE = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "EXTRAS", "VENV", "PYTHON"}
+OUTER_MAKE |= {"PROTO_VENV", "PYTEST_ARGS", "DEMO_ARGS"}
+
+
 def planned(target: str, tmp_path: Path, *variables: str) -> list[str]:
     """The commands ``make TARGET`` would run with a venv that does not exist yet."""
-    # Run under `make test`, the outer make's flags and level must not leak in.
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL")}
+    # Run under `make test`, the outer make's flags and level must not leak in, nor the
+    # variables it was given on its command line (make exports those: CI runs
+    # `make test EXTRAS=test`).
+    env = {k: v for k, v in os.environ.items() if k not in OUTER_MAKE}
     done = subprocess.run(
         ["make", "--no-print-directory", "-n", target, f"VENV={tmp_path / 'venv'}", *variables],
         cwd=ROOT,
