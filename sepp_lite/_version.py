@@ -1,3 +1,3 @@
 """The one place the version lives (read by hatchling, the user-agent, ``__version__``)."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
