@@ -420,5 +420,5 @@ def test_the_changelog_has_a_versioning_policy_and_this_version() -> None:
     changelog = (ROOT / "CHANGELOG.md").read_text()
     headings = re.findall(r"^## (.+)$", changelog, re.MULTILINE)
     assert headings[:2] == ["Versioning", "[Unreleased]"]
-    assert f"[{__version__}]" in headings
+    assert f"[{__version__}]" in [heading.split(" - ")[0] for heading in headings]
     assert "Semantic Versioning" in changelog
