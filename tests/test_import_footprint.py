@@ -43,3 +43,26 @@ async def asyncio_run(*argv: str) -> str:
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode == 0, err.decode()
     return out.decode().strip()
+
+
+_CLI_SCRIPT = """
+import contextlib, io, sys
+from sepp_lite.cli import main
+import sepp_lite.monitor, sepp_lite.sync, sepp_lite._supervisor
+with contextlib.redirect_stdout(io.StringIO()):
+    try:
+        code = main(["info", "--json", "--addr", sys.argv[1]])
+    except SystemExit as exit:
+        code = exit.code
+assert code in (0, None), code
+print(",".join(sorted({name.split(".")[0] for name in sys.modules})))
+"""
+
+
+async def test_the_command_a_worker_process_and_the_sync_client_load_none_of_them() -> None:
+    # `sepp-lite worker` builds every command's parser, `serve`'s included: the test
+    # server's options come without the test server.
+    async with sepp_server() as server:
+        loaded = set((await asyncio_run(sys.executable, "-c", _CLI_SCRIPT, server.addr)).split(","))
+    assert "sepp_lite" in loaded and "hpack" in loaded
+    assert not loaded & set(HEAVY), loaded & set(HEAVY)

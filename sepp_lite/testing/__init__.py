@@ -13,12 +13,38 @@ it all. ``python -m sepp_lite.testing`` runs the server as a standalone process.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from sepp_lite.testing._clock import Clock, ManualClock, RealClock
 from sepp_lite.testing._config import ConfigError, Limits, QueueConfig, ServerConfig
-from sepp_lite.testing._drain import run_until_drained
-from sepp_lite.testing._server import SeppTestServer
 from sepp_lite.testing._state import Backlog, JobView, QueueCounts, QueueState, RpcError
-from sepp_lite.testing._thread import SeppServerThread, ServerClock
+
+if TYPE_CHECKING:
+    from sepp_lite.testing._drain import run_until_drained
+    from sepp_lite.testing._server import SeppTestServer
+    from sepp_lite.testing._thread import SeppServerThread, ServerClock
+
+# What puts the server behind grpclib loads on first use, so that `sepp-lite worker`,
+# which parses `serve`'s options too, and a plain `import sepp_lite.testing._config`
+# never load grpclib, h2 or betterproto.
+_LAZY = {
+    "SeppTestServer": "sepp_lite.testing._server",
+    "SeppServerThread": "sepp_lite.testing._thread",
+    "ServerClock": "sepp_lite.testing._thread",
+    "run_until_drained": "sepp_lite.testing._drain",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "Backlog",

@@ -14,7 +14,7 @@ import signal
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from sepp_lite.testing._config import (
     ConfigError,
@@ -23,7 +23,9 @@ from sepp_lite.testing._config import (
     from_toml_data,
     read_toml,
 )
-from sepp_lite.testing._server import SeppTestServer
+
+if TYPE_CHECKING:
+    from sepp_lite.testing._server import SeppTestServer
 
 __all__ = ["add_serve_arguments", "config_from_args", "listening_line", "main", "serve"]
 
@@ -148,6 +150,8 @@ async def serve(
     """Run the server the options describe until SIGINT or SIGTERM; return the exit
     code (0). ``ready`` is called once the server is listening. Raises
     :class:`ConfigError` for a bad configuration and ``OSError`` when binding fails."""
+    from sepp_lite.testing._server import SeppTestServer  # grpclib: only when serving
+
     server = SeppTestServer(config_from_args(args))
     stop = asyncio.Event()
     restore = _install_signal_handlers(stop)
