@@ -41,7 +41,7 @@ from sepp_lite._lease import Lease
 from sepp_lite._names import queue_name_error
 from sepp_lite._redact import protect_credentials_in_logs
 from sepp_lite._retry import call_with_retry
-from sepp_lite._time import Duration, as_timedelta
+from sepp_lite._time import Duration, as_timedelta, datetime_to_ms
 from sepp_lite._transport import (
     DEFAULT_MAX_RECEIVE,
     Http2Transport,
@@ -60,6 +60,7 @@ from sepp_lite.types import (
     RetryDirective,
     RetryPolicy,
     ServerInfo,
+    bind_lease,
 )
 
 if TYPE_CHECKING:
@@ -364,13 +365,10 @@ class SeppClient:
         strict mode and a queue is not declared, else a
         :class:`~sepp_lite.errors.ClientError`.
         """
-        return await self._reserve(opts, None)
-
-    async def _reserve(self, opts: ReserveOptions, max_jobs: int | None) -> list[Job] | None:
         if not isinstance(opts, ReserveOptions):
             raise TypeError(f"reserve() takes ReserveOptions, got {type(opts).__name__}")
         opts.__post_init__()  # the dataclass is mutable: check what is sent now
-        request = encode_reserve_request(opts, max_jobs)
+        request = encode_reserve_request(opts)
         timeout = opts.wait_timeout.total_seconds() + _RESERVE_SLACK_S
         attributes = {"sepp.worker_id": opts.worker_id or "<none>"}
         with _otel.client_span("sepp.reserve", attributes) as span:
@@ -381,10 +379,11 @@ class SeppClient:
         for problem in problems:
             logger.warning("skipping malformed job in reserve response: %s", problem)
         jobs = _jobs_with_uuids(jobs)
-        extend, worker_id = self._extend_raw, opts.worker_id
+        worker_id = opts.worker_id
         for job in jobs:
             ctx = job.ctx
-            ctx._lease = Lease(extend, ctx.id, ctx.attempt, ctx.lease_expires_at, worker_id)
+            expires_at_ms = datetime_to_ms(ctx.lease_expires_at)
+            bind_lease(ctx, Lease(self, ctx.id, ctx.attempt, expires_at_ms, worker_id))
         return jobs or None
 
     async def ack(self, ctx: JobCtx) -> None:
@@ -436,11 +435,17 @@ class SeppClient:
         lease the worker's auto-extend follows. Lease errors and retries as
         :meth:`ack`."""
         lease = as_timedelta(extension, "extension", positive=True)
-        return await self._extend_raw(ctx.id, ctx.attempt, lease, _worker_id(ctx))
+        return await self.extend_lease(ctx.id, ctx.attempt, lease, _worker_id(ctx))
 
-    async def _extend_raw(
-        self, job_id: str, attempt: int, lease: timedelta, worker_id: Optional[str]
+    async def extend_lease(
+        self, job_id: str, attempt: int, extension: Duration, worker_id: Optional[str] = None
     ) -> datetime:
+        """The Extend call by delivery rather than by ctx: extend the lease of attempt
+        ``attempt`` of job ``job_id``, reserved with ``worker_id``, to ``extension`` from
+        now, and return the new expiry. :meth:`extend` and every :class:`Lease`
+        (``JobCtx.extend``, a Worker's lease keeper) call it. Lease errors and retries
+        as :meth:`ack`."""
+        lease = as_timedelta(extension, "extension", positive=True)
         request = encode_extend_request(job_id, attempt, lease, worker_id)
         attributes = {
             "sepp.job_id": job_id,
@@ -572,13 +577,13 @@ def _injected_trace() -> bytes:
 
 
 def _mark_released(ctx: JobCtx) -> None:
-    lease = ctx._lease
+    lease = ctx.lease
     if lease is not None:
-        lease.released = True
+        lease.mark_released()
 
 
 def _worker_id(ctx: JobCtx) -> str | None:
-    lease = ctx._lease
+    lease = ctx.lease
     return lease.worker_id if lease is not None else None
 
 

@@ -10,6 +10,7 @@ retry can fix ends ``run()`` with that error.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import time
@@ -134,7 +135,7 @@ def _is_permanent(error: SeppError) -> bool:
 
 
 def _released(ctx: JobCtx) -> bool:
-    lease = ctx._lease
+    lease = ctx.lease
     return lease is not None and lease.released
 
 
@@ -416,12 +417,10 @@ class Worker:
         return True
 
     async def _reserve(self, limit: int, until_idle: bool) -> list[Job] | None:
-        opts = self._opts
+        opts = dataclasses.replace(self._opts, max_jobs=limit)
         if until_idle and opts.wait_timeout.total_seconds() > _IDLE_WAIT_S:
-            opts = ReserveOptions(
-                opts.queues, opts.lease_duration, timedelta(seconds=_IDLE_WAIT_S), opts.worker_id
-            )
-        return await self._client._reserve(opts, limit)
+            opts.wait_timeout = timedelta(seconds=_IDLE_WAIT_S)
+        return await self._client.reserve(opts)
 
     def _start(self, job: Job, permits: asyncio.Semaphore, jobs: TaskSet) -> None:
         run = _Run(job)
@@ -516,7 +515,7 @@ class Worker:
         return max((known_expiry_ms - now_ms()) / 3000.0, 0.001)
 
     async def _keep_lease(self, run: _Run, handler_task: asyncio.Future[None]) -> None:
-        lease = run.job.ctx._lease
+        lease = run.job.ctx.lease
         if lease is None:
             return
         extend_by = self._opts.lease_duration
@@ -548,7 +547,7 @@ class Worker:
                 )
             self._metrics.lease_extended(run.job.ctx, "lost")
             run.lease_lost = True
-            lease.released = True
+            lease.mark_released()
             handler_task.cancel()
             return
 
@@ -656,7 +655,7 @@ class Worker:
         """Give every in-flight job one more full lease to finish in during the drain."""
 
         async def extend(run: _Run) -> None:
-            lease = run.job.ctx._lease
+            lease = run.job.ctx.lease
             if lease is None:
                 return
             try:
