@@ -40,7 +40,7 @@ from sepp_lite._http2 import Keepalive
 from sepp_lite._lease import Lease
 from sepp_lite._names import queue_name_error
 from sepp_lite._redact import protect_credentials_in_logs
-from sepp_lite._retry import call_with_retry
+from sepp_lite._retry import RETRIED_BY_POLICY, call_with_retry
 from sepp_lite._time import Duration, as_timedelta, datetime_to_ms
 from sepp_lite._transport import (
     DEFAULT_MAX_RECEIVE,
@@ -245,15 +245,15 @@ class SeppClient:
         request: bytes,
         *,
         kind: str = "generic",
-        retry: bool = True,
         all_keyed: bool = True,
         timeout: float | None = None,
     ) -> bytes:
-        """One logical call: a deadline for all its attempts, retried per the policy."""
+        """One logical call: a deadline for all its attempts, retried per the policy
+        when ``RETRIED_BY_POLICY`` says it applies to ``method``."""
         seconds = self._rpc_timeout if timeout is None else timeout
         deadline_at = asyncio.get_running_loop().time() + seconds
         transport = self._transport
-        if not retry or self._retry_policy.max_attempts <= 1:
+        if not RETRIED_BY_POLICY[method] or self._retry_policy.max_attempts <= 1:
             trace = _otel.call_metadata() if _otel.AVAILABLE else ()
             return await transport.unary(method, request, deadline_at, trace, kind, seconds)
 
@@ -372,7 +372,7 @@ class SeppClient:
         timeout = opts.wait_timeout.total_seconds() + _RESERVE_SLACK_S
         attributes = {"sepp.worker_id": opts.worker_id or "<none>"}
         with _otel.client_span("sepp.reserve", attributes) as span:
-            data = await self._rpc("Reserve", request, kind="reserve", retry=False, timeout=timeout)
+            data = await self._rpc("Reserve", request, kind="reserve", timeout=timeout)
             jobs, problems = decode_reserve_response(data)
             if span is not None:
                 span.set_attribute("sepp.jobs", len(jobs))
@@ -490,7 +490,7 @@ class SeppClient:
         request = encode_drain_dead_letters_request(queue, max_records)
         attributes = {"sepp.queue": queue or "<all>"}
         with _otel.client_span("sepp.drain_dead_letters", attributes) as span:
-            data = await self._rpc("DrainDeadLetters", request, retry=False)
+            data = await self._rpc("DrainDeadLetters", request)
             records, problems = decode_drain_dead_letters_response(data)
             if span is not None:
                 span.set_attribute("sepp.drained", len(records))
