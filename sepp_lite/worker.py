@@ -404,6 +404,7 @@ class Worker:
         return True
 
     async def _reserve(self, limit: int, until_idle: bool) -> list[Job] | None:
+        # A copy asking for no more than the free room; self._opts keeps the user's max_jobs.
         opts = dataclasses.replace(self._opts, max_jobs=limit)
         if until_idle and opts.wait_timeout.total_seconds() > _IDLE_WAIT_S:
             opts.wait_timeout = timedelta(seconds=_IDLE_WAIT_S)
