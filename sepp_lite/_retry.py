@@ -1,17 +1,76 @@
-"""The one retry loop: backoff delays from a RetryPolicy, one deadline for all attempts."""
+"""The one retry loop and the one retry decision.
+
+The loop: backoff delays from a RetryPolicy, one deadline for all attempts. The
+decision: which RPCs the policy applies to (:data:`RETRIED_BY_POLICY`), which failures
+it tries again (:func:`is_retryable`), which reserve refusals no retry can cure
+(:func:`is_permanent`), and the worker's fixed waits between reserves. Whether a failed
+call may have been applied (``ClientError.ambiguous``) is set where failures are
+mapped, by ``errors.AMBIGUOUS_CODES``: that mapping is ``errors``' and ``errors`` must
+not import this module, which imports it.
+"""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Iterator
+from datetime import timedelta
 from typing import Callable, TypeVar
 
 from sepp_lite import _otel
-from sepp_lite.errors import ClientError, SeppError, is_retryable
+from sepp_lite.errors import ClientError, SeppError, Status, UnknownQueuesError
 from sepp_lite.types import RetryPolicy
 
 T = TypeVar("T")
 logger = _otel.logger()
+
+RETRYABLE_CODES = frozenset(
+    {Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.ABORTED, Status.RESOURCE_EXHAUSTED}
+)
+
+# Whether the client's RetryPolicy applies to each RPC. A reserve's lost answer would
+# strand the jobs it leased (and its long poll is a wait of its own); a drain deletes
+# what it returns, so a repeat after a lost answer would lose those records for good.
+RETRIED_BY_POLICY: dict[str, bool] = {
+    "EnqueueBatch": True,
+    "EnqueueAtomic": True,
+    "Reserve": False,
+    "Ack": True,
+    "Nack": True,
+    "Extend": True,
+    "GetServerInfo": True,
+    "DrainDeadLetters": False,
+}
+
+# Reserve refusals no retry can cure: a wrong or missing key, a key without the right,
+# a request the server finds malformed (a queue name it refuses, say).
+PERMANENT_CODES = frozenset(
+    {Status.UNAUTHENTICATED, Status.PERMISSION_DENIED, Status.INVALID_ARGUMENT}
+)
+
+# The worker's waits between reserves. After a failed reserve it waits its
+# reserve_error_backoff (this by default, as sepp-py). An empty reserve answered in
+# under EARLY_EMPTY_S (a server shutting down answers at once) is followed by
+# EARLY_EMPTY_PAUSE_S, so the poll loop cannot spin.
+DEFAULT_RESERVE_ERROR_BACKOFF = timedelta(seconds=1)
+EARLY_EMPTY_S = 0.1
+EARLY_EMPTY_PAUSE_S = 0.25
+
+
+def is_retryable(error: SeppError, *, all_keyed: bool = True) -> bool:
+    """Whether the retry policy may try ``error``'s call again. Without idempotency keys
+    on every job, a call the server may have applied is not repeated."""
+    if not isinstance(error, ClientError) or error.code not in RETRYABLE_CODES:
+        return False
+    return all_keyed or not error.ambiguous
+
+
+def is_permanent(error: SeppError) -> bool:
+    """Whether a failed reserve (or the worker's GetServerInfo at start) can never
+    succeed as it is: :data:`PERMANENT_CODES`, or a strict server refusing an undeclared
+    queue. Anything else may heal, so the worker retries."""
+    if isinstance(error, UnknownQueuesError):
+        return True
+    return getattr(error, "code", None) in PERMANENT_CODES
 
 
 def backoff_delays(

@@ -40,8 +40,8 @@ from sepp_lite._http2 import Keepalive
 from sepp_lite._lease import Lease
 from sepp_lite._names import queue_name_error
 from sepp_lite._redact import protect_credentials_in_logs
-from sepp_lite._retry import call_with_retry
-from sepp_lite._time import Duration, as_timedelta
+from sepp_lite._retry import RETRIED_BY_POLICY, call_with_retry
+from sepp_lite._time import Duration, as_timedelta, datetime_to_ms
 from sepp_lite._transport import (
     DEFAULT_MAX_RECEIVE,
     Http2Transport,
@@ -60,6 +60,7 @@ from sepp_lite.types import (
     RetryDirective,
     RetryPolicy,
     ServerInfo,
+    bind_lease,
 )
 
 if TYPE_CHECKING:
@@ -244,15 +245,15 @@ class SeppClient:
         request: bytes,
         *,
         kind: str = "generic",
-        retry: bool = True,
         all_keyed: bool = True,
         timeout: float | None = None,
     ) -> bytes:
-        """One logical call: a deadline for all its attempts, retried per the policy."""
+        """One logical call: a deadline for all its attempts, retried per the policy
+        when ``RETRIED_BY_POLICY`` says it applies to ``method``."""
         seconds = self._rpc_timeout if timeout is None else timeout
         deadline_at = asyncio.get_running_loop().time() + seconds
         transport = self._transport
-        if not retry or self._retry_policy.max_attempts <= 1:
+        if not RETRIED_BY_POLICY[method] or self._retry_policy.max_attempts <= 1:
             trace = _otel.call_metadata() if _otel.AVAILABLE else ()
             return await transport.unary(method, request, deadline_at, trace, kind, seconds)
 
@@ -364,27 +365,25 @@ class SeppClient:
         strict mode and a queue is not declared, else a
         :class:`~sepp_lite.errors.ClientError`.
         """
-        return await self._reserve(opts, None)
-
-    async def _reserve(self, opts: ReserveOptions, max_jobs: int | None) -> list[Job] | None:
         if not isinstance(opts, ReserveOptions):
             raise TypeError(f"reserve() takes ReserveOptions, got {type(opts).__name__}")
         opts.__post_init__()  # the dataclass is mutable: check what is sent now
-        request = encode_reserve_request(opts, max_jobs)
+        request = encode_reserve_request(opts)
         timeout = opts.wait_timeout.total_seconds() + _RESERVE_SLACK_S
         attributes = {"sepp.worker_id": opts.worker_id or "<none>"}
         with _otel.client_span("sepp.reserve", attributes) as span:
-            data = await self._rpc("Reserve", request, kind="reserve", retry=False, timeout=timeout)
+            data = await self._rpc("Reserve", request, kind="reserve", timeout=timeout)
             jobs, problems = decode_reserve_response(data)
             if span is not None:
                 span.set_attribute("sepp.jobs", len(jobs))
         for problem in problems:
             logger.warning("skipping malformed job in reserve response: %s", problem)
         jobs = _jobs_with_uuids(jobs)
-        extend, worker_id = self._extend_raw, opts.worker_id
+        worker_id = opts.worker_id
         for job in jobs:
             ctx = job.ctx
-            ctx._lease = Lease(extend, ctx.id, ctx.attempt, ctx.lease_expires_at, worker_id)
+            expires_at_ms = datetime_to_ms(ctx.lease_expires_at)
+            bind_lease(ctx, Lease(self, ctx.id, ctx.attempt, expires_at_ms, worker_id))
         return jobs or None
 
     async def ack(self, ctx: JobCtx) -> None:
@@ -436,11 +435,17 @@ class SeppClient:
         lease the worker's auto-extend follows. Lease errors and retries as
         :meth:`ack`."""
         lease = as_timedelta(extension, "extension", positive=True)
-        return await self._extend_raw(ctx.id, ctx.attempt, lease, _worker_id(ctx))
+        return await self.extend_lease(ctx.id, ctx.attempt, lease, _worker_id(ctx))
 
-    async def _extend_raw(
-        self, job_id: str, attempt: int, lease: timedelta, worker_id: Optional[str]
+    async def extend_lease(
+        self, job_id: str, attempt: int, extension: Duration, worker_id: Optional[str] = None
     ) -> datetime:
+        """The Extend call by delivery rather than by ctx: extend the lease of attempt
+        ``attempt`` of job ``job_id``, reserved with ``worker_id``, to ``extension`` from
+        now, and return the new expiry. :meth:`extend` and every :class:`Lease`
+        (``JobCtx.extend``, a Worker's lease keeper) call it. Lease errors and retries
+        as :meth:`ack`."""
+        lease = as_timedelta(extension, "extension", positive=True)
         request = encode_extend_request(job_id, attempt, lease, worker_id)
         attributes = {
             "sepp.job_id": job_id,
@@ -485,7 +490,7 @@ class SeppClient:
         request = encode_drain_dead_letters_request(queue, max_records)
         attributes = {"sepp.queue": queue or "<all>"}
         with _otel.client_span("sepp.drain_dead_letters", attributes) as span:
-            data = await self._rpc("DrainDeadLetters", request, retry=False)
+            data = await self._rpc("DrainDeadLetters", request)
             records, problems = decode_drain_dead_letters_response(data)
             if span is not None:
                 span.set_attribute("sepp.drained", len(records))
@@ -572,13 +577,13 @@ def _injected_trace() -> bytes:
 
 
 def _mark_released(ctx: JobCtx) -> None:
-    lease = ctx._lease
+    lease = ctx.lease
     if lease is not None:
-        lease.released = True
+        lease.mark_released()
 
 
 def _worker_id(ctx: JobCtx) -> str | None:
-    lease = ctx._lease
+    lease = ctx.lease
     return lease.worker_id if lease is not None else None
 
 

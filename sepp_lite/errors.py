@@ -476,10 +476,8 @@ class UnknownQueuesError(ReserveError):
             super().__init__(f"queues not declared on the server: {message}")
 
 
-RETRYABLE_CODES = frozenset(
-    {Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.ABORTED, Status.RESOURCE_EXHAUSTED}
-)
-# The server may have committed a request that failed with one of these.
+# The server may have committed a request that failed with one of these (the retry
+# decision itself, which reads ``ambiguous``, is ``_retry.is_retryable``).
 AMBIGUOUS_CODES = frozenset({Status.DEADLINE_EXCEEDED, Status.ABORTED})
 
 _BY_STATUS: dict[Status, type[ClientError]] = {
@@ -545,11 +543,3 @@ def map_failure(
     if isinstance(exc, OSError):
         return _transport_error(f"{prefix}connection failed: {exc}", Status.UNAVAILABLE, False)
     return None
-
-
-def is_retryable(error: SeppError, *, all_keyed: bool = True) -> bool:
-    """Whether the retry policy may try ``error``'s call again. Without idempotency keys
-    on every job, a call the server may have applied is not repeated."""
-    if not isinstance(error, ClientError) or error.code not in RETRYABLE_CODES:
-        return False
-    return all_keyed or not error.ambiguous

@@ -228,7 +228,7 @@ class JobCtx:
     """Everything about a reserved job but its payload, plus its lease.
 
     ``lease_expires_at`` is the expiry granted at reserve time; :meth:`extend` returns
-    the new one.
+    the new one, and :attr:`lease` follows it.
     """
 
     id: str
@@ -242,7 +242,15 @@ class JobCtx:
     trace_context: Optional[TraceContext]
     lease_expires_at: datetime
     scheduled_at: Optional[datetime] = None
+    # sepp-py's field and constructor parameter; the client sets it through bind_lease.
     _lease: Optional[Lease] = field(default=None, repr=False, compare=False)
+
+    @property
+    def lease(self) -> Optional[Lease]:
+        """This delivery's lease handle (:class:`~sepp_lite.client.Lease`: its
+        ``worker_id``, ``known_expiry_ms`` and ``released``), or None on a ctx that did
+        not come from ``reserve``."""
+        return self._lease
 
     async def extend(self, extension: Duration) -> datetime:
         """Extend this job's lease to ``extension`` from now and return the new expiry.
@@ -259,6 +267,12 @@ class JobCtx:
             f"JobCtx(id={self.id}, job_type={self.job_type}, "
             f"attempt={self.attempt}/{self.max_attempts}, priority={self.priority.value})"
         )
+
+
+def bind_lease(ctx: JobCtx, lease: Lease) -> None:
+    """Attach ``lease`` to ``ctx``: how ``SeppClient.reserve`` hands each job its lease
+    (internal, hence not in ``__all__``; read it back as ``ctx.lease``)."""
+    ctx._lease = lease
 
 
 @dataclass

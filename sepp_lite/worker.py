@@ -10,6 +10,7 @@ retry can fix ends ``run()`` with that error.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import time
@@ -19,6 +20,12 @@ from typing import Any, Callable, Optional, TypeVar
 
 from sepp_lite import _otel
 from sepp_lite._observe import WorkerEvents, WorkerObserver
+from sepp_lite._retry import (
+    DEFAULT_RESERVE_ERROR_BACKOFF,
+    EARLY_EMPTY_PAUSE_S,
+    EARLY_EMPTY_S,
+    is_permanent,
+)
 from sepp_lite._tasks import TaskSet
 from sepp_lite._time import Duration, as_timedelta, now_ms, seconds_text
 from sepp_lite.client import SeppClient
@@ -27,7 +34,6 @@ from sepp_lite.errors import (
     JobNotFoundError,
     LeaseError,
     SeppError,
-    UnknownQueuesError,
 )
 from sepp_lite.shutdown import ShutdownHandle
 from sepp_lite.types import Job, JobCtx, Payload, ReserveOptions, RetryDirective
@@ -41,10 +47,6 @@ Handler = Callable[[Optional[Payload], JobCtx], Awaitable[None]]
 
 T = TypeVar("T")
 
-# An empty reserve answered this fast (a server shutting down answers at once) is
-# followed by a short pause, so the poll loop cannot spin.
-_EARLY_EMPTY_S = 0.1
-_EARLY_EMPTY_PAUSE_S = 0.25
 # In run(until_idle=True), how long each reserve waits before reporting the queues empty.
 _IDLE_WAIT_S = 0.5
 # After a bounded shutdown cancels handlers, how long to wait for them to stop.
@@ -119,22 +121,8 @@ def _unsettled_reason(run: _Run, outcome: object) -> str | None:
     return None
 
 
-# Reserve refusals no retry can cure: a wrong or missing key, a key without the right,
-# a request the server finds malformed (a queue name it refuses, say).
-_PERMANENT_CODES = frozenset({"UNAUTHENTICATED", "PERMISSION_DENIED", "INVALID_ARGUMENT"})
-
-
-def _is_permanent(error: SeppError) -> bool:
-    """Whether a failed reserve can never succeed as it is: the codes above, or a strict
-    server refusing an undeclared queue. Anything else may heal, so the worker retries."""
-    if isinstance(error, UnknownQueuesError):
-        return True
-    code = getattr(error, "code", None)
-    return code is not None and code.name in _PERMANENT_CODES
-
-
 def _released(ctx: JobCtx) -> bool:
-    lease = ctx._lease
+    lease = ctx.lease
     return lease is not None and lease.released
 
 
@@ -181,7 +169,7 @@ class Worker:
         wait_timeout: Duration | None = None,
         max_jobs: int | None = None,
         max_in_flight: int = 16,
-        reserve_error_backoff: Duration = timedelta(seconds=1),
+        reserve_error_backoff: Duration = DEFAULT_RESERVE_ERROR_BACKOFF,
         auto_extend: bool = False,
         auto_extend_interval: Duration | None = None,
         worker_id: str | None = None,
@@ -386,7 +374,7 @@ class Worker:
         except SeppError as error:
             permits.release()
             self._metrics.reserve_failed(error)
-            if _is_permanent(error):
+            if is_permanent(error):
                 # The caller reports the refusal itself, once: this line only explains
                 # the drain that comes first.
                 logger.info(
@@ -404,9 +392,9 @@ class Worker:
                 self._metrics.reserve_completed(empty=True)
             if stopped or (until_idle and self._in_flight == 0):
                 return False
-            early = min(_EARLY_EMPTY_S, self._opts.wait_timeout.total_seconds() / 2)
+            early = min(EARLY_EMPTY_S, self._opts.wait_timeout.total_seconds() / 2)
             if time.monotonic() - started < early:
-                return not (await self._race(asyncio.sleep(_EARLY_EMPTY_PAUSE_S)))[1]
+                return not (await self._race(asyncio.sleep(EARLY_EMPTY_PAUSE_S)))[1]
             return True
         self._metrics.reserve_completed(empty=False)
         self._start(reserved[0], permits, jobs)  # the first job takes the permit we hold
@@ -416,12 +404,11 @@ class Worker:
         return True
 
     async def _reserve(self, limit: int, until_idle: bool) -> list[Job] | None:
-        opts = self._opts
+        # A copy asking for no more than the free room; self._opts keeps the user's max_jobs.
+        opts = dataclasses.replace(self._opts, max_jobs=limit)
         if until_idle and opts.wait_timeout.total_seconds() > _IDLE_WAIT_S:
-            opts = ReserveOptions(
-                opts.queues, opts.lease_duration, timedelta(seconds=_IDLE_WAIT_S), opts.worker_id
-            )
-        return await self._client._reserve(opts, limit)
+            opts.wait_timeout = timedelta(seconds=_IDLE_WAIT_S)
+        return await self._client.reserve(opts)
 
     def _start(self, job: Job, permits: asyncio.Semaphore, jobs: TaskSet) -> None:
         run = _Run(job)
@@ -516,7 +503,7 @@ class Worker:
         return max((known_expiry_ms - now_ms()) / 3000.0, 0.001)
 
     async def _keep_lease(self, run: _Run, handler_task: asyncio.Future[None]) -> None:
-        lease = run.job.ctx._lease
+        lease = run.job.ctx.lease
         if lease is None:
             return
         extend_by = self._opts.lease_duration
@@ -548,7 +535,7 @@ class Worker:
                 )
             self._metrics.lease_extended(run.job.ctx, "lost")
             run.lease_lost = True
-            lease.released = True
+            lease.mark_released()
             handler_task.cancel()
             return
 
@@ -604,7 +591,7 @@ class Worker:
         try:
             info = await self._client.get_server_info()
         except SeppError as error:
-            if _is_permanent(error):
+            if is_permanent(error):
                 raise  # a wrong key or the like: no reserve could succeed either
             logger.warning(
                 "could not read the server's limits (%s); using the options as given", error
@@ -656,7 +643,7 @@ class Worker:
         """Give every in-flight job one more full lease to finish in during the drain."""
 
         async def extend(run: _Run) -> None:
-            lease = run.job.ctx._lease
+            lease = run.job.ctx.lease
             if lease is None:
                 return
             try:

@@ -614,7 +614,7 @@ async def test_malformed_job_is_skipped_with_a_warning(
     assert jobs is not None
     assert [j.ctx.id for j in jobs] == [JOB_ID, THIRD_ID]
     assert jobs[1].ctx.priority.value == 9
-    assert all(j.ctx._lease is not None for j in jobs)
+    assert all(j.ctx.lease is not None for j in jobs)
     warnings = [r for r in caplog.records if r.name == "sepp_lite"]
     assert len(warnings) == 1
     assert warnings[0].levelno == logging.WARNING

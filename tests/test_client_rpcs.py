@@ -561,7 +561,7 @@ async def test_lease_carries_the_reserve_worker_id() -> None:
         unbound = await client.reserve(opts("q"))
         assert bound is not None and unbound is not None
         ctx = bound[0].ctx
-        assert ctx._lease is not None and ctx._lease.worker_id == "worker-7"
+        assert ctx.lease is not None and ctx.lease.worker_id == "worker-7"
         await client.extend(ctx, 10)
         await ctx.extend(10)
         await client.nack(ctx, RetryDirective.after(1.5), "oops")
@@ -622,16 +622,16 @@ async def test_job_ctx_extend_updates_known_expiry_client_extend_does_not() -> N
         jobs = await client.reserve(opts(queue, lease=30))
         assert jobs is not None
         ctx = jobs[0].ctx
-        assert ctx._lease is not None
+        assert ctx.lease is not None
         assert ctx.lease_expires_at == ms_to_datetime(START_MS + 30_000)
-        assert ctx._lease.known_expiry_ms == START_MS + 30_000
+        assert ctx.lease.known_expiry_ms == START_MS + 30_000
         await server.advance(5)
         expiry = await client.extend(ctx, 60)
         assert expiry == ms_to_datetime(START_MS + 65_000)
-        assert ctx._lease.known_expiry_ms == START_MS + 30_000
+        assert ctx.lease.known_expiry_ms == START_MS + 30_000
         expiry = await ctx.extend(timedelta(seconds=90))
         assert expiry == ms_to_datetime(START_MS + 95_000)
-        assert ctx._lease.known_expiry_ms == START_MS + 95_000
+        assert ctx.lease.known_expiry_ms == START_MS + 95_000
         assert ctx.lease_expires_at == ms_to_datetime(START_MS + 30_000)  # a snapshot
         view = server.state.job(ctx.id)
         assert view is not None and view.lease_expires_ms == START_MS + 95_000

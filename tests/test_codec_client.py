@@ -478,7 +478,7 @@ def test_reserve_response_decodes_to_jobs(msgs: list[pb.Job]) -> None:
     jobs, problems = decode_reserve_response(bytes(pb.ReserveResponse(msgs)))
     assert problems == []
     assert s.norm(jobs) == s.norm(expected)
-    assert all(job.ctx._lease is None for job in jobs)
+    assert all(job.ctx.lease is None for job in jobs)
 
 
 @SOME

@@ -25,7 +25,8 @@ from sepp_lite import ConnectError, SeppClient, TransportError
 from sepp_lite._codec.dead_letters import encode_drain_dead_letters_response
 from sepp_lite._codec.enqueue import decode_enqueue_batch_request, encode_enqueue_batch_response
 from sepp_lite._codec.job import encode_reserve_response
-from sepp_lite.errors import Status, is_retryable
+from sepp_lite._retry import is_retryable
+from sepp_lite.errors import Status
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import (
     FreezableProxy,

@@ -20,6 +20,7 @@ import pytest
 
 import sepp_lite as sepp
 from sepp_lite import EnqueueAck, RetryPolicy, SeppClient, TransportError
+from sepp_lite._retry import is_retryable
 from tests.client_helpers import connected, once_reconnected, unique_queue
 from tests.fault_helpers import RestartableServer, ServerProcess, running, until
 
@@ -223,7 +224,7 @@ async def test_a_keyless_enqueue_whose_answer_was_lost_is_not_retried(
         with pytest.raises(TransportError) as info:
             await client.enqueue(sepp.EnqueueRequest(queue, "t"))
     assert info.value.ambiguous is True
-    assert sepp.errors.is_retryable(info.value, all_keyed=False) is False
+    assert is_retryable(info.value, all_keyed=False) is False
     assert server.state.totals()["enqueued"] == 1
     assert server.counts(queue) == (1, 0, 0, 0)
 
@@ -244,7 +245,7 @@ async def test_in_flight_calls_fail_fast_and_retryably_when_the_server_crashes(
             await asyncio.wait_for(long_poll, 5)
         assert loop.time() - start < 0.5
         assert info.value.code is not None and info.value.code.name == "UNAVAILABLE"
-        assert sepp.errors.is_retryable(info.value)
+        assert is_retryable(info.value)
         # While it is down: refused at once, not retried without a policy.
         start = loop.time()
         with pytest.raises(TransportError) as refused:

@@ -36,7 +36,7 @@ from sepp_lite import (
     TransportError,
 )
 from sepp_lite._codec.enqueue import decode_enqueue_batch_request
-from sepp_lite.errors import is_retryable
+from sepp_lite._retry import is_retryable
 from sepp_lite.types import Payload
 from tests.client_helpers import (
     JOB_ID,

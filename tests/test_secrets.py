@@ -152,7 +152,7 @@ async def session(
         await expect(client.enqueue_atomic([too_big]), sepp.BatchValidationError)
         jobs = await client.reserve(sepp.ReserveOptions([queue], 30, wait_timeout=0, max_jobs=1))
         assert jobs is not None
-        seen += [jobs[0], jobs[0].ctx, jobs[0].ctx._lease]
+        seen += [jobs[0], jobs[0].ctx, jobs[0].ctx.lease]
         await jobs[0].ctx.extend(30)
         await client.ack(jobs[0].ctx)
         await expect(client.ack(jobs[0].ctx), sepp.JobNotFoundError)

@@ -155,7 +155,7 @@ async def test_return_acks_and_handlers_see_the_job(
     [(payload, ctx)] = seen
     assert payload == sepp.Payload(b"hi", "text/plain")
     assert (ctx.id, ctx.job_type, ctx.attempt, ctx.custom) == (job_id, "greet", 1, {"n": 1})
-    assert ctx._lease is not None and ctx._lease.worker_id == worker.worker_id
+    assert ctx.lease is not None and ctx.lease.worker_id == worker.worker_id
 
 
 async def test_handler_errors_nack_as_asked(
