@@ -67,12 +67,6 @@ async def sepp_lite(*args: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[SeppTestServer]:
-    async with SeppTestServer(dead_letter_retention_ms=600_000) as srv:
-        yield srv
-
-
 async def test_exit_codes_of_python_m_sepp_lite(server: SeppTestServer) -> None:
     queue = unique_queue()
     code, out, err = await sepp_lite("enqueue", queue, "t", "--addr", server.addr)

@@ -87,6 +87,7 @@ def valid_answer(request: RawRequest) -> list[Action]:
 # -- GOAWAY ----------------------------------------------------------------------------
 
 
+# Not conftest.py's server: these tests crash and restart it.
 @pytest.fixture
 async def server() -> AsyncIterator[RestartableServer]:
     async with RestartableServer() as srv_:

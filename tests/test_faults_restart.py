@@ -31,6 +31,7 @@ BATCH = 4
 PATIENT = RetryPolicy(max_attempts=200, initial_backoff=0.02, max_backoff=0.1)
 
 
+# Not conftest.py's server: these tests crash and restart it.
 @pytest.fixture
 async def server() -> AsyncIterator[RestartableServer]:
     async with RestartableServer() as srv:

@@ -23,18 +23,6 @@ from tests.http_helpers import get, get_blocking, samples, wait_for_status
 pytestmark = pytest.mark.timeout(60)
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[SeppTestServer]:
-    async with SeppTestServer(dead_letter_retention_ms=60_000) as srv:
-        yield srv
-
-
-@pytest.fixture
-async def client(server: SeppTestServer) -> AsyncIterator[sepp.SeppClient]:
-    async with await sepp.SeppClient.connect(server.addr) as connected:
-        yield connected
-
-
 async def enqueue(client: sepp.SeppClient, queue: str, job_type: str, n: int = 1) -> None:
     await client.enqueue_batch([sepp.EnqueueRequest(queue, job_type) for _ in range(n)])
 

@@ -32,9 +32,10 @@ MISSING = "missing API key; expected an `authorization: Bearer <key>` header"
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[SeppTestServer]:
-    async with SeppTestServer(clock=ManualClock(START_MS), dead_letter_retention_ms=60_000) as s:
-        yield s
+def server_options() -> dict[str, Any]:
+    """conftest.py's ``server`` on a ManualClock from START_MS, so expected times are
+    literals, keeping dead letters 60 s."""
+    return {"clock": ManualClock(START_MS), "dead_letter_retention_ms": 60_000}
 
 
 @pytest.fixture

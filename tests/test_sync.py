@@ -117,6 +117,7 @@ def sync_threads() -> int:
     return sum(1 for thread in threading.enumerate() if thread.name == "sepp-lite-sync")
 
 
+# Not conftest.py's server: the blocking client needs one on a thread of its own.
 @pytest.fixture
 def server() -> Iterator[SeppServerThread]:
     with SeppServerThread(dead_letter_retention_ms=60_000) as srv:

@@ -9,7 +9,6 @@ import logging
 import os
 import signal
 import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
@@ -24,18 +23,6 @@ pytestmark = pytest.mark.timeout(60)
 
 def qname() -> str:
     return f"q-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SeppTestServer]:
-    async with SeppTestServer(dead_letter_retention_ms=600_000) as srv:
-        yield srv
-
-
-@pytest.fixture
-async def client(server: SeppTestServer) -> AsyncIterator[sepp.SeppClient]:
-    async with await sepp.SeppClient.connect(server.addr) as c:
-        yield c
 
 
 async def enqueue(
