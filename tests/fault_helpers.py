@@ -50,16 +50,6 @@ T = TypeVar("T")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-async def until(predicate: Callable[[], object], timeout: float = 10.0, step: float = 0.01) -> None:
-    """Poll ``predicate()`` (state with no event to wait on) until it holds."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not predicate():
-        if loop.time() > end:
-            raise AssertionError(f"condition not reached within {timeout} s")
-        await asyncio.sleep(step)
-
-
 @contextlib.asynccontextmanager
 async def running(coro: Awaitable[T]) -> AsyncIterator[asyncio.Future[T]]:
     """Run ``coro`` as a task for the block; cancel and reap it on the way out."""

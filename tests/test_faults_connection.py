@@ -39,6 +39,7 @@ from tests.client_helpers import (
     sepp_server,
     server_info_bytes,
     unique_queue,
+    until,
 )
 from tests.fault_helpers import (
     Abort,
@@ -52,7 +53,6 @@ from tests.fault_helpers import (
     RawRequest,
     RestartableServer,
     grpc_ok,
-    until,
 )
 
 pytestmark = pytest.mark.timeout(60)

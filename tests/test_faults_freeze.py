@@ -18,8 +18,8 @@ import pytest
 import sepp_lite as sepp
 from sepp_lite import TransportError
 from sepp_lite.errors import Status, is_retryable
-from tests.client_helpers import connected, elapsed, once_reconnected, unique_queue
-from tests.fault_helpers import ServerProcess, running, until
+from tests.client_helpers import connected, elapsed, once_reconnected, unique_queue, until
+from tests.fault_helpers import ServerProcess, running
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -14,8 +14,8 @@ import pytest
 
 import sepp_lite as sepp
 from sepp_lite.testing import SeppTestServer
-from tests.client_helpers import connected, unique_queue
-from tests.fault_helpers import running, until
+from tests.client_helpers import connected, unique_queue, until
+from tests.fault_helpers import running
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -20,8 +20,8 @@ import pytest
 
 import sepp_lite as sepp
 from sepp_lite import EnqueueAck, RetryPolicy, SeppClient, TransportError
-from tests.client_helpers import connected, once_reconnected, unique_queue
-from tests.fault_helpers import RestartableServer, ServerProcess, running, until
+from tests.client_helpers import connected, once_reconnected, unique_queue, until
+from tests.fault_helpers import RestartableServer, ServerProcess, running
 
 pytestmark = pytest.mark.timeout(60)
 

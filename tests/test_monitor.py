@@ -16,8 +16,8 @@ import sepp_lite as sepp
 from sepp_lite import _httpd
 from sepp_lite.monitor import WorkerMonitor, serve_endpoints
 from sepp_lite.testing import SeppTestServer
-from tests.client_helpers import unique_queue
-from tests.fault_helpers import RestartableServer, running, until
+from tests.client_helpers import unique_queue, until
+from tests.fault_helpers import RestartableServer, running
 from tests.http_helpers import get, get_blocking, samples, wait_for_status
 
 pytestmark = pytest.mark.timeout(60)

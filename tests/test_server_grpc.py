@@ -24,6 +24,7 @@ from sepp_lite._codec.dead_letters import (
 from sepp_lite._proto.sepp import v1 as pb
 from sepp_lite._time import EPOCH
 from sepp_lite.testing import ConfigError, ManualClock, QueueConfig, SeppTestServer
+from tests.client_helpers import until
 from tests.server_helpers import START_MS, UUID0, raw_call, raw_channel
 
 LEASE = timedelta(seconds=30)
@@ -62,13 +63,6 @@ async def grpc_error(call: Any) -> GRPCError:
     with pytest.raises(GRPCError) as info:
         await call
     return info.value
-
-
-async def until(predicate: Any, timeout: float = 2.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
 
 
 # -- the RPCs ------------------------------------------------------------------------------

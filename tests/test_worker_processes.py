@@ -24,8 +24,8 @@ import sepp_lite as sepp
 from sepp_lite._supervisor import available_cpus, cgroup_cpu_quota, process_count
 from sepp_lite.cli import main
 from sepp_lite.testing import SeppTestServer
-from tests.client_helpers import unique_queue
-from tests.fault_helpers import RestartableServer, until
+from tests.client_helpers import unique_queue, until
+from tests.fault_helpers import RestartableServer
 from tests.http_helpers import get, samples, wait_for_status
 
 pytestmark = [
