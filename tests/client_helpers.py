@@ -377,6 +377,8 @@ class ScriptedServer:
     async def start(self) -> ScriptedServer:
         server = grpclib.server.Server([self.service], codec=RawCodec())
         await server.start("127.0.0.1", self.port)
+        # grpclib's Server has no public way to tell the port it bound; its asyncio
+        # Server (`_server`) has.
         sockets = server._server.sockets  # type: ignore[union-attr]
         self.port = sockets[0].getsockname()[1]
         self._server = server

@@ -551,6 +551,8 @@ async def test_tls_with_pem_bytes_and_with_files(tmp_path):
 async def test_accepted_connections_use_tcp_nodelay(server: SeppTestServer, stub):
     # Without TCP_NODELAY each response waits out Nagle plus a delayed ACK (40 ms).
     await stub.get_server_info(pb.GetServerInfoRequest())
+    # The accepted sockets' options are no part of SeppTestServer's API: reach in to its
+    # grpclib server and the connections it keeps, and to grpclib's transports.
     grpc_server = server._grpc
     assert grpc_server is not None
     sockets = [p.connection._transport.get_extra_info("socket") for p in grpc_server._protocols]
