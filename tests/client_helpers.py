@@ -11,6 +11,7 @@ import contextlib
 import itertools
 import logging
 import socket
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterable
 from dataclasses import dataclass
@@ -67,6 +68,26 @@ _names = itertools.count()
 def unique_queue(prefix: str = "q") -> str:
     """A queue name no other test uses (short: some tests cap names at 16 bytes)."""
     return f"{prefix}{next(_names)}-{uuid.uuid4().hex[:6]}"
+
+
+async def until(predicate: Callable[[], object], timeout: float = 10.0, step: float = 0.01) -> None:
+    """Poll ``predicate()`` (state with no event to wait on) until it holds."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not predicate():
+        if loop.time() > end:
+            raise AssertionError(f"condition not reached within {timeout} s")
+        await asyncio.sleep(step)
+
+
+def until_sync(predicate: Callable[[], object], timeout: float = 10.0, step: float = 0.01) -> None:
+    """:func:`until` for a thread with no event loop: poll ``predicate()`` (state on
+    another thread, with no event to wait on) with ``time.sleep``."""
+    end = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > end:
+            raise AssertionError(f"condition not reached within {timeout} s")
+        time.sleep(step)
 
 
 def free_port() -> int:
@@ -356,6 +377,8 @@ class ScriptedServer:
     async def start(self) -> ScriptedServer:
         server = grpclib.server.Server([self.service], codec=RawCodec())
         await server.start("127.0.0.1", self.port)
+        # grpclib's Server has no public way to tell the port it bound; its asyncio
+        # Server (`_server`) has.
         sockets = server._server.sockets  # type: ignore[union-attr]
         self.port = sockets[0].getsockname()[1]
         self._server = server

@@ -9,15 +9,25 @@ pass options only ``connect()`` takes (an API key, TLS, keepalive, a receive lim
 the default transport's own behaviour (its reconnect backoff), or test what lies above
 the transport (the retry decision's many cases).
 Tests that call ``SeppClient.connect`` themselves are about connecting and run once.
+
+The ``server`` and ``client`` fixtures are the ones most modules share: an in-process
+server with dead-letter retention on, and a client connected to it with
+``client_helpers.connected()`` (so in a ``both_transports`` module a test that asks for
+``client`` runs over both transports too). A module that needs the server configured
+otherwise overrides ``server_options``; one that needs another kind of server
+overrides ``server``; either says why.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from types import CodeType
 from typing import Any
 
 import pytest
 
+from sepp_lite import SeppClient
+from sepp_lite.testing import SeppTestServer
 from tests import client_helpers
 
 
@@ -36,7 +46,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     if definition.get_closest_marker("connect_only") is not None:
         return
-    if "connected" not in _names_used(metafunc.function.__code__):
+    uses_client = "client" in metafunc.fixturenames
+    if not uses_client and "connected" not in _names_used(metafunc.function.__code__):
         return
     metafunc.parametrize("client_transport", client_helpers.TRANSPORTS, indirect=True)
 
@@ -49,3 +60,26 @@ def client_transport(request: pytest.FixtureRequest) -> Any:
     if name != "connect":
         request.getfixturevalue("monkeypatch").setattr(client_helpers, "transport", name)
     return name
+
+
+@pytest.fixture
+def server_options() -> dict[str, Any]:
+    """``SeppTestServer``'s arguments for the ``server`` fixture: dead-letter retention
+    on, so dead letters can be drained. A module overrides this fixture for another
+    configuration."""
+    return {"dead_letter_retention_ms": 600_000}
+
+
+@pytest.fixture
+async def server(server_options: dict[str, Any]) -> AsyncIterator[SeppTestServer]:
+    """An in-process server (configured by ``server_options``), stopped after the test."""
+    async with SeppTestServer(**server_options) as srv:
+        yield srv
+
+
+@pytest.fixture
+async def client(server: SeppTestServer) -> AsyncIterator[SeppClient]:
+    """A client of ``server``, made by ``client_helpers.connected()`` (on the test's
+    transport), closed after the test."""
+    async with client_helpers.connected(server.addr) as c:
+        yield c

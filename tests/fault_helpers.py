@@ -50,16 +50,6 @@ T = TypeVar("T")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-async def until(predicate: Callable[[], object], timeout: float = 10.0, step: float = 0.01) -> None:
-    """Poll ``predicate()`` (state with no event to wait on) until it holds."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not predicate():
-        if loop.time() > end:
-            raise AssertionError(f"condition not reached within {timeout} s")
-        await asyncio.sleep(step)
-
-
 @contextlib.asynccontextmanager
 async def running(coro: Awaitable[T]) -> AsyncIterator[asyncio.Future[T]]:
     """Run ``coro`` as a task for the block; cancel and reap it on the way out."""
@@ -145,6 +135,8 @@ class RestartableServer:
             [self.service], codec=RawCodec(self.template.config.limits.max_message_bytes)
         )
         await server.start("127.0.0.1", self.port, reuse_address=True)
+        # grpclib's Server has no public way to tell the port it bound; its asyncio
+        # Server (`_server`) has.
         sockets = server._server.sockets  # type: ignore[union-attr]
         self.port = sockets[0].getsockname()[1]
         self._server = server
@@ -192,6 +184,7 @@ class RestartableServer:
         for protocol in self._server.protocols:
             if _live_transport(protocol) is None:
                 continue
+            # grpclib sends no GOAWAY of its own: use its h2 connection (`_connection`).
             h2_connection = protocol.connection._connection
             h2_connection.close_connection(error_code=0, last_stream_id=last_stream_id)
             protocol.connection.flush()

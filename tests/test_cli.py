@@ -9,7 +9,7 @@ import base64
 import io
 import json
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -42,18 +42,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     # The CLI reads these as defaults: a developer's own settings must not leak in.
     monkeypatch.delenv("SEPP_ADDR", raising=False)
     monkeypatch.delenv("SEPP_API_KEY", raising=False)
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SeppTestServer]:
-    async with SeppTestServer(dead_letter_retention_ms=600_000) as srv:
-        yield srv
-
-
-@pytest.fixture
-async def client(server: SeppTestServer) -> AsyncIterator[sepp.SeppClient]:
-    async with await sepp.SeppClient.connect(server.addr) as c:
-        yield c
 
 
 async def run(*argv: str) -> int:

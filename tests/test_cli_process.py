@@ -67,12 +67,6 @@ async def sepp_lite(*args: str) -> tuple[int, str, str]:
     return proc.returncode, out.decode(), err.decode()
 
 
-@pytest.fixture
-async def server() -> AsyncIterator[SeppTestServer]:
-    async with SeppTestServer(dead_letter_retention_ms=600_000) as srv:
-        yield srv
-
-
 async def test_exit_codes_of_python_m_sepp_lite(server: SeppTestServer) -> None:
     queue = unique_queue()
     code, out, err = await sepp_lite("enqueue", queue, "t", "--addr", server.addr)
@@ -196,14 +190,12 @@ async def test_progress_bar_on_a_real_terminal(server: SeppTestServer, tmp_path:
 async def test_jsonl_interrupted_by_ctrl_c_says_how_far_it_got(tmp_path: Path) -> None:
     server = SeppTestServer(max_enqueue_batch=2)
     sending, release = asyncio.Event(), asyncio.Event()
-    enqueue_batch = server.service.dispatch._enqueue_batch
 
-    async def held(data: bytes) -> bytes:
+    async def held() -> None:
         sending.set()  # the command now waits for this call's answer
         await release.wait()
-        return await enqueue_batch(data)
 
-    server.service.dispatch._enqueue_batch = held
+    server.before_call("EnqueueBatch", held)
     rejected = tmp_path / "rejected.jsonl"
     argv = ["enqueue", "q", "t", "--jsonl", "-", "--rejected", str(rejected)]
     async with server:
@@ -234,17 +226,15 @@ async def test_ctrl_c_writes_every_line_not_known_to_be_enqueued(tmp_path: Path)
     server = SeppTestServer(max_enqueue_batch=3)
     calls, held = 0, asyncio.Event()
     release = asyncio.Event()
-    enqueue_batch = server.service.dispatch._enqueue_batch
 
-    async def second_call_hangs(data: bytes) -> bytes:
+    async def second_call_hangs() -> None:
         nonlocal calls
         calls += 1
         if calls == 2:
             held.set()
             await release.wait()
-        return await enqueue_batch(data)
 
-    server.service.dispatch._enqueue_batch = second_call_hangs
+    server.before_call("EnqueueBatch", second_call_hangs)
     lines = [b'{"payload": "%d"}\n' % i for i in range(1, 21)]
     lines[4] = b'{"payload": 5, "oops": 1}\n'
     source, rejected = tmp_path / "jobs.jsonl", tmp_path / "rejected.jsonl"

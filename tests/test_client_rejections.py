@@ -46,9 +46,9 @@ def big(queue: str, **fields: Any) -> sepp.EnqueueRequest:
 
 
 @pytest.fixture
-async def server() -> Any:
-    async with SeppTestServer(max_payload_bytes=LIMIT) as srv_:
-        yield srv_
+def server_options() -> dict[str, Any]:
+    """conftest.py's ``server`` with a small payload limit (and no dead-letter retention)."""
+    return {"max_payload_bytes": LIMIT}
 
 
 async def informed_client(server: SeppTestServer, **options: Any) -> sepp.SeppClient:

@@ -40,6 +40,7 @@ from tests.client_helpers import (
     sepp_server,
     server_info_bytes,
     unique_queue,
+    until,
 )
 from tests.fault_helpers import (
     Abort,
@@ -53,7 +54,6 @@ from tests.fault_helpers import (
     RawRequest,
     RestartableServer,
     grpc_ok,
-    until,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -88,6 +88,7 @@ def valid_answer(request: RawRequest) -> list[Action]:
 # -- GOAWAY ----------------------------------------------------------------------------
 
 
+# Not conftest.py's server: these tests crash and restart it.
 @pytest.fixture
 async def server() -> AsyncIterator[RestartableServer]:
     async with RestartableServer() as srv_:

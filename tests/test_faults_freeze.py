@@ -19,8 +19,8 @@ import sepp_lite as sepp
 from sepp_lite import TransportError
 from sepp_lite._retry import is_retryable
 from sepp_lite.errors import Status
-from tests.client_helpers import connected, elapsed, once_reconnected, unique_queue
-from tests.fault_helpers import ServerProcess, running, until
+from tests.client_helpers import connected, elapsed, once_reconnected, unique_queue, until
+from tests.fault_helpers import ServerProcess, running
 
 pytestmark = pytest.mark.timeout(60)
 

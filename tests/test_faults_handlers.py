@@ -8,15 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
 from typing import Any, Optional
 
 import pytest
 
 import sepp_lite as sepp
 from sepp_lite.testing import SeppTestServer
-from tests.client_helpers import connected, unique_queue
-from tests.fault_helpers import running, until
+from tests.client_helpers import connected, unique_queue, until
+from tests.fault_helpers import running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -24,15 +23,10 @@ LeaseCall = tuple[str, str, int, str]  # (rpc, job id, attempt, outcome)
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[SeppTestServer]:
-    async with SeppTestServer() as srv:
-        yield srv
-
-
-@pytest.fixture
-async def client(server: SeppTestServer) -> AsyncIterator[sepp.SeppClient]:
-    async with connected(server.addr) as c:
-        yield c
+def server_options() -> dict[str, Any]:
+    """conftest.py's ``server`` without dead-letter retention: a job dead-lettered by a
+    failing handler leaves the queue, and its counts go back to all zeros."""
+    return {}
 
 
 def record_lease_calls(server: SeppTestServer) -> list[LeaseCall]:

@@ -63,6 +63,7 @@ from tests.client_helpers import (
     opts,
     reserve_reply,
     server_info_bytes,
+    until,
 )
 from tests.fault_helpers import (
     Abort,
@@ -79,7 +80,6 @@ from tests.fault_helpers import (
     Sleep,
     grpc_ok,
     running,
-    until,
 )
 
 pytestmark = pytest.mark.timeout(60)

@@ -21,8 +21,8 @@ import pytest
 import sepp_lite as sepp
 from sepp_lite import EnqueueAck, RetryPolicy, SeppClient, TransportError
 from sepp_lite._retry import is_retryable
-from tests.client_helpers import connected, once_reconnected, unique_queue
-from tests.fault_helpers import RestartableServer, ServerProcess, running, until
+from tests.client_helpers import connected, once_reconnected, unique_queue, until
+from tests.fault_helpers import RestartableServer, ServerProcess, running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -32,6 +32,7 @@ BATCH = 4
 PATIENT = RetryPolicy(max_attempts=200, initial_backoff=0.02, max_backoff=0.1)
 
 
+# Not conftest.py's server: these tests crash and restart it.
 @pytest.fixture
 async def server() -> AsyncIterator[RestartableServer]:
     async with RestartableServer() as srv:

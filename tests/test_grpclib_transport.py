@@ -16,6 +16,7 @@ async def test_a_connection_keeps_a_bounded_record_of_closed_streams() -> None:
         try:
             await transport.unary("GetServerInfo", b"", _deadline(), timeout_hint=5)
             assert transport.connections_opened == 1
+            # The limit lives in grpclib's and h2's internals, with no public accessor.
             protocol = transport.channel._protocol
             assert protocol is not None
             closed = protocol.processor.connection._connection._closed_streams

@@ -16,23 +16,11 @@ import sepp_lite as sepp
 from sepp_lite import _httpd
 from sepp_lite.monitor import WorkerMonitor, serve_endpoints
 from sepp_lite.testing import SeppTestServer
-from tests.client_helpers import unique_queue
-from tests.fault_helpers import RestartableServer, running, until
+from tests.client_helpers import unique_queue, until
+from tests.fault_helpers import RestartableServer, running
 from tests.http_helpers import get, get_blocking, samples, wait_for_status
 
 pytestmark = pytest.mark.timeout(60)
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SeppTestServer]:
-    async with SeppTestServer(dead_letter_retention_ms=60_000) as srv:
-        yield srv
-
-
-@pytest.fixture
-async def client(server: SeppTestServer) -> AsyncIterator[sepp.SeppClient]:
-    async with await sepp.SeppClient.connect(server.addr) as connected:
-        yield connected
 
 
 async def enqueue(client: sepp.SeppClient, queue: str, job_type: str, n: int = 1) -> None:

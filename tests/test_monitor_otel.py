@@ -15,7 +15,8 @@ from opentelemetry.sdk.metrics.export import Sum
 import sepp_lite as sepp
 from sepp_lite.monitor import serve_endpoints
 from sepp_lite.testing import QueueConfig, SeppTestServer
-from tests.fault_helpers import running, until
+from tests.client_helpers import until
+from tests.fault_helpers import running
 from tests.http_helpers import get, sample_names
 from tests.otel_helpers import telemetry
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any, Optional
 
@@ -41,7 +41,6 @@ from sepp_lite import (
 )
 from sepp_lite._codec.enqueue import decode_enqueue_batch_request
 from sepp_lite.errors import Status
-from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import (
     ScriptedServer,
     connected,
@@ -79,18 +78,6 @@ def otel() -> Iterator[Telemetry]:
     assert _otel.AVAILABLE
     with telemetry().capture() as state:
         yield state
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SeppTestServer]:
-    async with SeppTestServer(dead_letter_retention_ms=600_000) as srv_:
-        yield srv_
-
-
-@pytest.fixture
-async def client(server: SeppTestServer) -> AsyncIterator[SeppClient]:
-    async with connected(server.addr) as c:
-        yield c
 
 
 def reserve_opts(queue: str, *, max_jobs: int = 10, worker_id: str = "w-otel") -> ReserveOptions:

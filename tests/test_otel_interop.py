@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -41,12 +41,6 @@ def otel() -> Iterator[Telemetry]:
     assert _otel.AVAILABLE and seppy._otel.OTEL_AVAILABLE
     with telemetry().capture() as state:
         yield state
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SeppTestServer]:
-    async with SeppTestServer() as srv:
-        yield srv
 
 
 async def official_client(addr: str) -> Any:

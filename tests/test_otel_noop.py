@@ -15,7 +15,7 @@ import importlib.util
 import subprocess
 import sys
 import textwrap
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from typing import Any, Callable
 
 import pytest
@@ -71,18 +71,6 @@ def live_telemetry() -> Iterator[Callable[[], list[str]]]:
             return spans + sorted(name for name, _ in delta(before, state.metrics()))
 
         yield emitted
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SeppTestServer]:
-    async with SeppTestServer(dead_letter_retention_ms=600_000) as srv_:
-        yield srv_
-
-
-@pytest.fixture
-async def client(server: SeppTestServer) -> AsyncIterator[SeppClient]:
-    async with connected(server.addr) as c:
-        yield c
 
 
 def test_every_hook_is_a_shared_noop(no_otel: None) -> None:

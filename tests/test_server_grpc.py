@@ -24,6 +24,7 @@ from sepp_lite._codec.dead_letters import (
 from sepp_lite._proto.sepp import v1 as pb
 from sepp_lite._time import EPOCH
 from sepp_lite.testing import ConfigError, ManualClock, QueueConfig, SeppTestServer
+from tests.client_helpers import until
 from tests.server_helpers import START_MS, UUID0, raw_call, raw_channel
 
 LEASE = timedelta(seconds=30)
@@ -32,9 +33,10 @@ MISSING = "missing API key; expected an `authorization: Bearer <key>` header"
 
 
 @pytest.fixture
-async def server() -> AsyncIterator[SeppTestServer]:
-    async with SeppTestServer(clock=ManualClock(START_MS), dead_letter_retention_ms=60_000) as s:
-        yield s
+def server_options() -> dict[str, Any]:
+    """conftest.py's ``server`` on a ManualClock from START_MS, so expected times are
+    literals, keeping dead letters 60 s."""
+    return {"clock": ManualClock(START_MS), "dead_letter_retention_ms": 60_000}
 
 
 @pytest.fixture
@@ -61,13 +63,6 @@ async def grpc_error(call: Any) -> GRPCError:
     with pytest.raises(GRPCError) as info:
         await call
     return info.value
-
-
-async def until(predicate: Any, timeout: float = 2.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.005)
 
 
 # -- the RPCs ------------------------------------------------------------------------------
@@ -556,6 +551,8 @@ async def test_tls_with_pem_bytes_and_with_files(tmp_path):
 async def test_accepted_connections_use_tcp_nodelay(server: SeppTestServer, stub):
     # Without TCP_NODELAY each response waits out Nagle plus a delayed ACK (40 ms).
     await stub.get_server_info(pb.GetServerInfoRequest())
+    # The accepted sockets' options are no part of SeppTestServer's API: reach in to its
+    # grpclib server and the connections it keeps, and to grpclib's transports.
     grpc_server = server._grpc
     assert grpc_server is not None
     sockets = [p.connection._transport.get_extra_info("socket") for p in grpc_server._protocols]

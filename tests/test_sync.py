@@ -54,6 +54,7 @@ from tests.client_helpers import (
     job,
     opts,
     unique_queue,
+    until_sync,
 )
 
 pytestmark = pytest.mark.timeout(90)
@@ -70,14 +71,6 @@ RPCS = [
     "drain_dead_letters",
     "get_server_info",
 ]
-
-
-def until(predicate: Callable[[], object], timeout: float = 10.0) -> None:
-    """Poll ``predicate()`` (state on another thread, with no event to wait on)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"condition not reached within {timeout} s"
-        time.sleep(0.01)
 
 
 @contextlib.contextmanager
@@ -117,6 +110,7 @@ def sync_threads() -> int:
     return sum(1 for thread in threading.enumerate() if thread.name == "sepp-lite-sync")
 
 
+# Not conftest.py's server: the blocking client needs one on a thread of its own.
 @pytest.fixture
 def server() -> Iterator[SeppServerThread]:
     with SeppServerThread(dead_letter_retention_ms=60_000) as srv:
@@ -280,7 +274,7 @@ def test_calls_from_eight_threads_wait_at_once(server: SeppServerThread) -> None
     queue = unique_queue("polls")
     with SeppClient.connect(server.addr) as client, ThreadPoolExecutor(8) as pool:
         polls = [pool.submit(client.reserve, opts(queue, wait=20)) for _ in range(8)]
-        until(lambda: server.call(lambda: server.server.state.waiter_count) == 8)
+        until_sync(lambda: server.call(lambda: server.server.state.waiter_count) == 8)
         client.enqueue_batch([job(queue) for _ in range(8)])
         answers = [poll.result(timeout=10) for poll in polls]
     assert all(answer is not None and len(answer) == 1 for answer in answers)
@@ -443,14 +437,14 @@ def test_ctrl_c_interrupts_a_blocked_call_at_once_and_cancels_it(server: SeppSer
     lines = Lines(proc)
     try:
         assert lines.next() == "blocking\n"
-        until(lambda: waiting() == 1)  # the long poll is open on the server
+        until_sync(lambda: waiting() == 1)  # the long poll is open on the server
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
         assert lines.next().startswith("interrupted after")
         assert time.monotonic() - sent < 3.0
         # The call was cancelled on the client's loop: the server's long poll ends
         # while the process, and its connection, live on.
-        until(lambda: waiting() == 0)
+        until_sync(lambda: waiting() == 0)
         assert proc.poll() is None
         assert server.connections_accepted == 1
         assert proc.stdin is not None
@@ -485,4 +479,4 @@ def test_a_client_collected_unclosed_closes_its_connection(server: SeppServerThr
     assert sync_threads() == 1
     del client
     gc.collect()
-    until(lambda: sync_threads() == 0)
+    until_sync(lambda: sync_threads() == 0)

@@ -1,6 +1,7 @@
 """The test tools around the in-process server: ``QueueState.backlog``,
-``SeppServerThread`` (the server on a thread of its own) and ``run_until_drained``
-(a worker run until nothing is ready, in flight or scheduled)."""
+``SeppServerThread`` (the server on a thread of its own), ``run_until_drained`` (a
+worker run until nothing is ready, in flight or scheduled) and
+``SeppTestServer.before_call`` (a hook that can hold calls)."""
 
 from __future__ import annotations
 
@@ -266,6 +267,49 @@ def test_the_server_counts_its_connections_and_the_worker_names_its_queues() -> 
         assert server.connections_accepted == 2
 
     asyncio.run(scenario())
+
+
+# -- SeppTestServer.before_call ------------------------------------------------------------
+
+
+async def test_a_before_call_hook_holds_the_calls_it_is_set_for() -> None:
+    queue = unique_queue()
+    held, release = asyncio.Event(), asyncio.Event()
+    calls: list[str] = []
+
+    async def hold() -> None:
+        calls.append("EnqueueBatch")
+        held.set()
+        await release.wait()
+
+    async with SeppTestServer() as server:
+        server.before_call("EnqueueBatch", hold)  # after start, too
+        async with await sepp.SeppClient.connect(server.addr) as client:
+            enqueue = asyncio.ensure_future(client.enqueue(job(queue)))
+            await asyncio.wait_for(held.wait(), 5)
+            assert await client.reserve(opts(queue)) is None  # other methods are not held
+            assert server.counts(queue).ready == 0 and not enqueue.done()
+            release.set()
+            await asyncio.wait_for(enqueue, 5)
+            assert server.counts(queue).ready == 1
+            server.before_call("EnqueueBatch", None)
+            held.clear()
+            await client.enqueue(job(queue))
+    assert calls == ["EnqueueBatch"] and not held.is_set()
+
+
+def test_before_call_takes_only_the_services_method_names() -> None:
+    server = SeppTestServer()
+
+    async def hook() -> None:
+        pass
+
+    for name in ("Check", "enqueue_batch", "/sepp.v1.QueueService/Ack", ""):
+        with pytest.raises(ValueError, match="no sepp.v1.QueueService method named"):
+            server.before_call(name, hook)
+    server.before_call("Ack", hook)
+    server.before_call("Ack", None)
+    server.before_call("Nack", None)  # removing what is not there is fine
 
 
 async def _noop(payload: Optional[sepp.Payload], ctx: sepp.JobCtx) -> None:

@@ -37,8 +37,8 @@ from tests.client_helpers import (
     opts,
     text_job,
     unique_queue,
+    until,
 )
-from tests.fault_helpers import until
 from tests.grpcio_server import GRPC_DEFAULTS, GrpcioServer
 from tests.h2_tap import FrameTap
 

@@ -23,8 +23,8 @@ from tests.client_helpers import (
     sepp_server,
     text_job,
     unique_queue,
+    until,
 )
-from tests.fault_helpers import until
 from tests.h2_tap import FrameTap
 from tests.nginx_helpers import NGINX, Nginx
 

@@ -8,8 +8,6 @@ import asyncio
 import logging
 import os
 import signal
-import uuid
-from collections.abc import AsyncIterator
 from datetime import timedelta
 
 import pytest
@@ -17,25 +15,15 @@ from grpclib.const import Status
 
 import sepp_lite as sepp
 from sepp_lite.testing import Limits, SeppTestServer
-from tests.client_helpers import ScriptedServer, once_reconnected, status_errors
+from tests.client_helpers import (
+    ScriptedServer,
+    once_reconnected,
+    status_errors,
+    unique_queue,
+    until,
+)
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def qname() -> str:
-    return f"q-{uuid.uuid4().hex[:8]}"
-
-
-@pytest.fixture
-async def server() -> AsyncIterator[SeppTestServer]:
-    async with SeppTestServer(dead_letter_retention_ms=600_000) as srv:
-        yield srv
-
-
-@pytest.fixture
-async def client(server: SeppTestServer) -> AsyncIterator[sepp.SeppClient]:
-    async with await sepp.SeppClient.connect(server.addr) as c:
-        yield c
 
 
 async def enqueue(
@@ -64,15 +52,6 @@ async def run_for(worker: sepp.Worker, predicate: object, timeout: float = 10.0)
     finally:
         worker.shutdown_handle().shutdown()
         await asyncio.wait_for(task, 10)
-
-
-async def until(predicate: object, timeout: float = 5.0) -> None:
-    """Poll server-side state (which has no event to wait on) until ``predicate()``."""
-    for _ in range(int(timeout / 0.01)):
-        if predicate():  # type: ignore[operator]
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"condition not reached within {timeout} s")
 
 
 class _deadline:
@@ -140,7 +119,7 @@ async def test_registration(client: sepp.SeppClient) -> None:
 async def test_return_acks_and_handlers_see_the_job(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     [job_id] = await enqueue(
         client, queue, "greet", payload=sepp.Payload(b"hi", "text/plain"), custom={"n": 1}
     )
@@ -161,7 +140,7 @@ async def test_return_acks_and_handlers_see_the_job(
 async def test_handler_errors_nack_as_asked(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     await enqueue(client, queue, "retry", max_attempts=5)
     await enqueue(client, queue, "permanent")
     attempts: list[int] = []
@@ -188,7 +167,7 @@ async def test_handler_errors_nack_as_asked(
 async def test_retry_after_delays_the_redelivery(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     await enqueue(client, queue, "later", max_attempts=3)
     times: list[float] = []
     worker = sepp.Worker(client, [queue], 10)
@@ -206,7 +185,7 @@ async def test_retry_after_delays_the_redelivery(
 async def test_other_exceptions_nack_and_are_logged_with_traceback(
     server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     await enqueue(client, queue, "boom", max_attempts=2)
     await enqueue(client, queue, "fine")
     done: list[str] = []
@@ -236,7 +215,7 @@ class Fatal(BaseException):
 async def test_base_exceptions_are_not_swallowed(
     server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     await enqueue(client, queue, "fatal")
     worker = sepp.Worker(client, [queue], 10)
     raised = asyncio.Event()
@@ -265,7 +244,7 @@ async def test_base_exceptions_are_not_swallowed(
 async def test_unknown_job_types_back_off_and_log_once(
     server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     await enqueue(client, queue, "nobody", n=3)
     worker = sepp.Worker(client, [queue], 10)
     with caplog.at_level(logging.WARNING, "sepp_lite"):
@@ -281,7 +260,7 @@ async def test_unknown_job_types_back_off_and_log_once(
 async def test_catch_all_takes_unknown_types(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     await enqueue(client, queue, "mystery")
     seen: list[str] = []
     worker = sepp.Worker(client, [queue], 10)
@@ -300,7 +279,7 @@ async def test_catch_all_takes_unknown_types(
 async def test_never_more_than_max_in_flight(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     await enqueue(client, queue, "work", n=12)
     running = peak = 0
     leased_peak = 0
@@ -329,7 +308,7 @@ async def test_never_more_than_max_in_flight(
 async def test_auto_extend_keeps_a_slow_handler_alive(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     await enqueue(client, queue, "slow")
     runs: list[int] = []
     worker = sepp.Worker(client, [queue], 0.6, auto_extend=True)
@@ -346,7 +325,7 @@ async def test_auto_extend_keeps_a_slow_handler_alive(
 async def test_without_auto_extend_the_lease_lapses(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     await enqueue(client, queue, "slow")
     attempts: list[int] = []
     worker = sepp.Worker(client, [queue], 0.4, max_in_flight=2)
@@ -365,7 +344,7 @@ async def test_without_auto_extend_the_lease_lapses(
 async def test_lost_lease_cancels_the_handler_and_settles_nothing(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     await enqueue(client, queue, "slow")
     started = asyncio.Event()
     finished: list[str] = []
@@ -409,7 +388,7 @@ async def test_lost_lease_cancels_the_handler_and_settles_nothing(
 async def test_shutdown_waits_for_slow_handlers(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     await enqueue(client, queue, "slow", n=2)
     finished = 0
     worker = sepp.Worker(client, [queue], 10, max_in_flight=2)
@@ -431,7 +410,7 @@ async def test_shutdown_waits_for_slow_handlers(
 async def test_bounded_shutdown_cancels_and_leaves_jobs_to_redelivery(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     await enqueue(client, queue, "slow", n=2)
     await enqueue(client, queue, "quick")
     cancelled = 0
@@ -473,7 +452,7 @@ async def test_bounded_shutdown_cancels_and_leaves_jobs_to_redelivery(
 async def test_cancelling_run_leaves_no_task_behind(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     await enqueue(client, queue, "slow", n=2)
     started = asyncio.Event()
     worker = sepp.Worker(client, [queue], 10, max_in_flight=2, auto_extend=True)
@@ -498,7 +477,7 @@ async def test_cancelling_run_leaves_no_task_behind(
 async def test_jobs_reserved_as_shutdown_comes_are_processed(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     seen: list[str] = []
     worker = sepp.Worker(client, [queue], 10, wait_timeout=5)
     handle = worker.shutdown_handle()
@@ -524,7 +503,7 @@ async def test_jobs_reserved_as_shutdown_comes_are_processed(
 async def test_run_until_idle_returns_when_the_queues_are_empty(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     await enqueue(client, queue, "t", n=20)
     done = 0
     worker = sepp.Worker(client, [queue], 10, max_in_flight=8)
@@ -545,7 +524,7 @@ async def test_worker_clamps_to_the_server_limits(caplog: pytest.LogCaptureFixtu
         SeppTestServer(limits=limits) as server,
         await sepp.SeppClient.connect(server.addr) as client,
     ):
-        queue = qname()
+        queue = unique_queue()
         await enqueue(client, queue, "t")
         worker = sepp.Worker(client, [queue], 60, max_jobs=100, wait_timeout=30)
         seen: list[sepp.JobCtx] = []
@@ -592,7 +571,7 @@ async def test_worker_survives_a_server_restart() -> None:
     await first.start()
     port = first.port
     client = await sepp.SeppClient.connect(first.addr)
-    queue = qname()
+    queue = unique_queue()
     handled: list[str] = []
     worker = sepp.Worker(client, [queue], 10, wait_timeout=1, reserve_error_backoff=0.1)
 
@@ -629,7 +608,7 @@ async def test_worker_survives_a_server_restart() -> None:
 async def test_first_signal_drains_and_second_stops_hard(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
-    queue = qname()
+    queue = unique_queue()
     await enqueue(client, queue, "slow")
     started = asyncio.Event()
     finished: list[str] = []

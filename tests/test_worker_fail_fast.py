@@ -22,8 +22,8 @@ from tests.client_helpers import (
     reserve_reply,
     status_errors,
     unique_queue,
+    until,
 )
-from tests.fault_helpers import until
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -5,6 +5,9 @@ manual clock so time-based behaviour needs no waiting.
     async with SeppTestServer(strict_queues=True, queues=[QueueConfig("a")]) as server:
         ...  # connect to server.addr
 
+``server.before_call(method, hook)`` awaits ``hook()`` before each call to one RPC, so
+a test can hold a call open while its client waits for the answer.
+
 ``SeppServerThread`` runs it on a thread of its own (for synchronous tests and the
 blocking client), ``run_until_drained`` runs a worker until nothing is left, and the
 pytest plugin (fixtures ``sepp_server``, ``sepp_client``, ...; see the README) wraps

@@ -10,7 +10,7 @@ import socket
 import ssl
 import tempfile
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Awaitable, Iterable, Iterator
 from types import TracebackType
 from typing import Any, Callable, Optional
 
@@ -223,6 +223,19 @@ class SeppTestServer:
         tb: Optional[TracebackType],
     ) -> None:
         await self.stop()
+
+    def before_call(self, method: str, hook: Optional[Callable[[], Awaitable[None]]]) -> None:
+        """Await ``hook()`` at the start of every call to ``method`` (``"EnqueueBatch"``,
+        ``"Reserve"``, ... any of the eight ``sepp.v1.QueueService`` RPCs by name), once
+        its request has arrived and its API key is checked and before the server acts on
+        it; ``None`` removes the hook. Raises ``ValueError`` for another name.
+
+        For tests of what a client does while it waits for an answer: a hook that
+        waits for an event holds the call open until the event is set, and one that
+        counts the calls can hold only the n-th. It can be set or removed before or
+        after :meth:`start`.
+        """
+        self.service.set_call_hook(method, hook)
 
     def counts(self, queue: str) -> QueueCounts:
         """``(ready, scheduled, in_flight, dead)`` of ``queue``."""

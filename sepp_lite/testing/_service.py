@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Mapping
 from typing import Any, Callable, Optional
 
 from grpclib.const import Cardinality, Handler, Status
@@ -22,15 +22,18 @@ from sepp_lite.errors import DecodeError
 from sepp_lite.testing._dispatch import (
     HEALTH_CHECK,
     HEALTH_WATCH,
+    SERVICE,
     Dispatch,
     Route,
     decode_failure,
 )
 from sepp_lite.testing._state import QueueState, RpcError
 
-__all__ = ["HEALTH_CHECK", "HEALTH_WATCH", "QueueService", "RawCodec", "Routes"]
+__all__ = ["HEALTH_CHECK", "HEALTH_WATCH", "CallHook", "QueueService", "RawCodec", "Routes"]
 
 log = logging.getLogger(__name__)
+
+CallHook = Callable[[], Awaitable[None]]
 
 
 class RawCodec(CodecBase):
@@ -107,11 +110,12 @@ class QueueService:
         self._active = 0
         self._idle: Optional[asyncio.Event] = None
         self._watchers: set[asyncio.Future[None]] = set()
+        self._hooks: dict[str, CallHook] = {}
 
     def __mapping__(self) -> dict[str, Handler]:
         """grpclib's handler table: path -> Handler."""
         table = {
-            path: Handler(self._unary(route), Cardinality.UNARY_UNARY, bytes, bytes)
+            path: Handler(self._unary(path, route), Cardinality.UNARY_UNARY, bytes, bytes)
             for path, route in self.dispatch.routes().items()
         }
         table[HEALTH_WATCH] = Handler(self._health_watch, Cardinality.UNARY_STREAM, bytes, bytes)
@@ -131,6 +135,16 @@ class QueueService:
             raise GRPCError(Status.UNIMPLEMENTED)
 
         return Handler(unimplemented, Cardinality.UNARY_UNARY, bytes, bytes)
+
+    def set_call_hook(self, method: str, hook: Optional[CallHook]) -> None:
+        """Await ``hook()`` before handling each call to ``method`` (one of the eight
+        RPCs, by name); ``None`` removes it. Raises ``ValueError`` for another name."""
+        if f"/{SERVICE}/{method}" not in self.dispatch.routes():
+            raise ValueError(f"no {SERVICE} method named {method!r}")
+        if hook is None:
+            self._hooks.pop(method, None)
+        else:
+            self._hooks[method] = hook
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -177,7 +191,10 @@ class QueueService:
             raise GRPCError(Status.INTERNAL, "Missing request message.")
         return data
 
-    def _unary(self, route: Route) -> Callable[[Stream[bytes, bytes]], Any]:
+    def _unary(self, path: str, route: Route) -> Callable[[Stream[bytes, bytes]], Any]:
+        method = path.rsplit("/", 1)[-1]
+        hooks = self._hooks
+
         async def handle(stream: Stream[bytes, bytes]) -> None:
             self._active += 1
             try:
@@ -185,6 +202,10 @@ class QueueService:
                     if route.auth:
                         self._authorize(stream)
                     data = await self._receive(stream)
+                    if hooks:
+                        hook = hooks.get(method)
+                        if hook is not None:
+                            await hook()
                     answer = await self.dispatch.answer(route.call, data)
                 except RpcError as exc:
                     raise _grpc_error(exc) from None
