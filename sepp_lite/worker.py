@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any, Callable, Optional, TypeVar
 
 from sepp_lite import _otel
+from sepp_lite._lease import Lease
 from sepp_lite._observe import WorkerEvents, WorkerObserver
 from sepp_lite._retry import (
     DEFAULT_RESERVE_ERROR_BACKOFF,
@@ -90,21 +91,22 @@ class DuplicateHandlerError(SeppError):
 class _Run:
     """One delivery being processed: the flags that decide whether it may be settled."""
 
-    __slots__ = ("abandoned", "handler_task", "job", "lease_lost", "settling", "stopped", "task")
+    __slots__ = ("abandoned", "job", "lease_lost", "settling", "stopped", "task")
 
     def __init__(self, job: Job) -> None:
         self.job = job
         self.task: asyncio.Task[None] | None = None
-        self.handler_task: asyncio.Future[None] | None = None
         self.lease_lost = False
         self.abandoned = False
         self.settling = False
         self.stopped = False  # run() was cancelled: a hard stop
 
     def stop_handler(self) -> None:
-        target = self.handler_task if self.handler_task is not None else self.task
-        if target is not None:
-            target.cancel()
+        """Cancel the handler: it runs in the job's task, whose ``_handle`` turns this
+        cancellation (the run flagged abandoned or its lease lost first) into
+        ``_STOPPED``."""
+        if self.task is not None:
+            self.task.cancel()
 
 
 _STOPPED = object()  # the verdict of a run whose lease was lost or that was abandoned
@@ -469,31 +471,23 @@ class Worker:
         try:
             await handler(job.payload, job.ctx)
         except asyncio.CancelledError:
-            if run.abandoned:
-                return _STOPPED
+            if run.abandoned or run.lease_lost:
+                return _STOPPED  # our own cancellation; the caller's must propagate
             raise
         except Exception as exc:
             return exc
         return None
 
     async def _handle_with_keeper(self, run: _Run, handler: Handler) -> object:
-        """Run the handler as its own task with the lease keeper beside it."""
-        job = run.job
-        handler_task = asyncio.ensure_future(handler(job.payload, job.ctx))
-        run.handler_task = handler_task
-        keeper = asyncio.ensure_future(self._keep_lease(run, handler_task))
+        """Run the handler (in this task) with a lease keeper beside it."""
+        lease = run.job.ctx.lease
+        if lease is None:
+            return await self._handle(run, handler)
+        keeper = _LeaseKeeper(self, run, lease)
         try:
-            await handler_task
-        except asyncio.CancelledError:
-            if not (run.lease_lost or run.abandoned):
-                raise  # not our doing: the caller's cancellation must propagate
-            return _STOPPED
-        except Exception as exc:
-            return exc
+            return await self._handle(run, handler)
         finally:
-            keeper.cancel()
-            await asyncio.gather(keeper, return_exceptions=True)
-        return None
+            keeper.stop()
 
     def _keeper_interval(self, known_expiry_ms: int) -> float:
         if self._extend_every is not None:
@@ -501,43 +495,6 @@ class Worker:
         # A third of what is left of the lease the server *granted*: if it clamped the
         # lease below the request, an interval from the request would fire too late.
         return max((known_expiry_ms - now_ms()) / 3000.0, 0.001)
-
-    async def _keep_lease(self, run: _Run, handler_task: asyncio.Future[None]) -> None:
-        lease = run.job.ctx.lease
-        if lease is None:
-            return
-        extend_by = self._opts.lease_duration
-        while True:
-            await asyncio.sleep(self._keeper_interval(lease.known_expiry_ms))
-            if run.abandoned or lease.released:
-                # Shutdown gave up on the job (its handler ignored that), or the handler
-                # settled it already: nothing left to keep.
-                return
-            try:
-                await lease.extend(extend_by)
-                self._metrics.lease_extended(run.job.ctx, "extended")
-                continue
-            except (AttemptMismatchError, JobNotFoundError) as error:
-                if lease.released:
-                    return  # the handler's own ack or nack won the race with this extend
-                logger.error(
-                    "job %s: lease lost (%s); cancelling its handler", run.job.ctx.id, error
-                )
-            except SeppError as error:
-                if now_ms() < lease.known_expiry_ms:
-                    logger.warning(
-                        "job %s: lease extension failed (%s); will retry", run.job.ctx.id, error
-                    )
-                    self._metrics.lease_extended(run.job.ctx, "failed")
-                    continue
-                logger.error(
-                    "job %s: lease expired (%s); cancelling its handler", run.job.ctx.id, error
-                )
-            self._metrics.lease_extended(run.job.ctx, "lost")
-            run.lease_lost = True
-            lease.mark_released()
-            handler_task.cancel()
-            return
 
     async def _settle(self, ctx: JobCtx, outcome: BaseException | None) -> None:
         """Exactly one ack or nack for this delivery; failures are logged, never raised."""
@@ -657,3 +614,78 @@ class Worker:
 
         holding = [run for run in self._active if not (run.settling or _released(run.job.ctx))]
         await asyncio.gather(*(extend(run) for run in holding))
+
+
+class _LeaseKeeper:
+    """Extends one job's lease while its handler runs. A timer fires a third of the way
+    to the lease's known expiry (or every ``extend_every``); only then does an extension
+    run, as a task of its own. Most handlers end long before that, so a job costs one
+    timer here, not a task. When the lease is lost, the handler is cancelled."""
+
+    __slots__ = ("_extending", "_lease", "_run", "_stopped", "_timer", "_worker")
+
+    def __init__(self, worker: Worker, run: _Run, lease: Lease) -> None:
+        self._worker = worker
+        self._run = run
+        self._lease = lease
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._extending: Optional[asyncio.Task[None]] = None
+        self._stopped = False
+        self._schedule()
+
+    def _schedule(self) -> None:
+        delay = self._worker._keeper_interval(self._lease.known_expiry_ms)
+        self._timer = asyncio.get_running_loop().call_later(delay, self._due)
+
+    def _due(self) -> None:
+        self._timer = None
+        if self._stopped or self._run.abandoned or self._lease.released:
+            # Shutdown gave up on the job (its handler ignored that), or the handler
+            # settled it already: nothing left to keep.
+            return
+        self._extending = asyncio.ensure_future(self._extend())
+        self._extending.add_done_callback(_report_keeper_failure)
+
+    def stop(self) -> None:
+        """The handler ended: no more extensions (one in flight is cancelled)."""
+        self._stopped = True
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._extending is not None:
+            self._extending.cancel()
+
+    async def _extend(self) -> None:
+        run, lease, worker = self._run, self._lease, self._worker
+        ctx = run.job.ctx
+        try:
+            await lease.extend(worker._opts.lease_duration)
+            worker._metrics.lease_extended(ctx, "extended")
+            self._again()
+            return
+        except (AttemptMismatchError, JobNotFoundError) as error:
+            if lease.released:
+                return  # the handler's own ack or nack won the race with this extend
+            logger.error("job %s: lease lost (%s); cancelling its handler", ctx.id, error)
+        except SeppError as error:
+            if now_ms() < lease.known_expiry_ms:
+                logger.warning("job %s: lease extension failed (%s); will retry", ctx.id, error)
+                worker._metrics.lease_extended(ctx, "failed")
+                self._again()
+                return
+            logger.error("job %s: lease expired (%s); cancelling its handler", ctx.id, error)
+        worker._metrics.lease_extended(ctx, "lost")
+        run.lease_lost = True
+        lease.mark_released()
+        if not self._stopped:
+            run.stop_handler()
+
+    def _again(self) -> None:
+        if not self._stopped:
+            self._schedule()
+
+
+def _report_keeper_failure(task: asyncio.Task[None]) -> None:
+    # A failure that is not a sepp error (a bug, a closed client) must not be lost; the
+    # handler goes on, and its lease lapses if no other extension follows.
+    if not task.cancelled() and task.exception() is not None:
+        logger.error("lease keeper failed", exc_info=task.exception())
