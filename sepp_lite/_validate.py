@@ -1,6 +1,8 @@
-"""Every client-side check of what the client sends, in one place: small functions that
+"""The client-side checks of what the client sends, in one place: small functions that
 raise ``TypeError``/``ValueError`` (or one of their public subclasses) with the message
-users see, or return the value normalised.
+users see, or return the value normalised. (Not here: the Worker's own arguments, the
+address and API-key checks of the transport, and the argument type checks at the top
+of ``reserve`` and ``nack``.)
 
 Who calls them:
 
@@ -62,6 +64,7 @@ __all__ = [
     "retry_policy",
     "ssl_context",
     "trace_context",
+    "traceparent_problem",
     "uint32",
     "use_value_types",
     "worker_id",
