@@ -1,6 +1,6 @@
 """SeppClient: one short coroutine per RPC, with sepp-py 0.1.0's API.
 
-Producer: validate -> encode (``_codec``) -> one retry loop (``_retry``) -> the
+Producer: validate (``_validate``) -> encode (``_codec``) -> one retry loop (``_retry``) -> the
 transport (``_transport``: our own HTTP/2, or a grpclib channel). Consumer: ``reserve``
 hands out jobs bound to a :class:`Lease`; ``ack``/``nack``/``extend`` settle or keep them.
 """
