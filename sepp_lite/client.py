@@ -1,6 +1,6 @@
 """SeppClient: one short coroutine per RPC, with sepp-py 0.1.0's API.
 
-Producer: validate -> encode (``_codec``) -> one retry loop (``_retry``) -> the
+Producer: validate (``_validate``) -> encode (``_codec``) -> one retry loop (``_retry``) -> the
 transport (``_transport``: our own HTTP/2, or a grpclib channel). Consumer: ``reserve``
 hands out jobs bound to a :class:`Lease`; ``ack``/``nack``/``extend`` settle or keep them.
 """
@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Optional
 
-from sepp_lite import _codec, _otel, errors
+from sepp_lite import _codec, _otel, _validate, errors
 from sepp_lite._codec.dead_letters import (
     decode_drain_dead_letters_response,
     encode_drain_dead_letters_request,
@@ -38,7 +38,6 @@ from sepp_lite._codec.lease import (
 from sepp_lite._codec.server_info import decode_get_server_info_response
 from sepp_lite._http2 import Keepalive
 from sepp_lite._lease import Lease
-from sepp_lite._names import queue_name_error
 from sepp_lite._redact import protect_credentials_in_logs
 from sepp_lite._retry import RETRIED_BY_POLICY, call_with_retry
 from sepp_lite._time import Duration, as_timedelta, datetime_to_ms
@@ -174,7 +173,7 @@ class SeppClient:
             as_timedelta(keepalive_time, "keepalive_time", positive=True).total_seconds(),
             as_timedelta(keepalive_timeout, "keepalive_timeout", positive=True).total_seconds(),
         )
-        receive_limit = _receive_limit(max_receive_message_bytes)
+        receive_limit = _validate.receive_limit(max_receive_message_bytes, DEFAULT_MAX_RECEIVE)
         timeout = as_timedelta(connect_timeout, "connect_timeout", positive=True).total_seconds()
         if metadata:
             protect_credentials_in_logs()
@@ -270,21 +269,12 @@ class SeppClient:
     def _checked_batch(
         self, jobs: Iterable[EnqueueRequest]
     ) -> tuple[list[EnqueueRequest], dict[int, errors.JobRejection]]:
-        """The jobs as a list, and the ones refused here by their index: a payload over
-        the server's advertised limit gets the server's own ``PayloadTooLarge``."""
-        batch = list(jobs)
-        if not batch:
-            raise errors.EmptyBatchError()
+        """The jobs as a list, every one checked (a job that cannot be sent raises),
+        and the ones refused here by their index: a payload over the server's
+        advertised limit gets the server's own ``PayloadTooLarge``."""
         info = self._server_info
-        if info is None or not self._check_payload_limit or not info.max_payload_bytes:
-            return batch, {}
-        limit = info.max_payload_bytes
-        refused: dict[int, errors.JobRejection] = {}
-        for index, job in enumerate(batch):
-            payload = job.payload
-            if payload is not None and len(payload.data) > limit:
-                refused[index] = errors.PayloadTooLarge(limit, len(payload.data))
-        return batch, refused
+        limit = info.max_payload_bytes if info is not None and self._check_payload_limit else 0
+        return _validate.enqueue_batch(jobs, limit)
 
     async def enqueue_batch(
         self, jobs: Iterable[EnqueueRequest]
@@ -336,7 +326,6 @@ class SeppClient:
         jobs. Checks and retries as :meth:`enqueue_batch`."""
         batch, refused = self._checked_batch(jobs)
         if refused:
-            encode_enqueue_batch_request(batch)  # a job that cannot be sent raises first
             raise errors.BatchValidationError(
                 [errors.JobValidationError(index, refused[index]) for index in sorted(refused)]
             )
@@ -478,13 +467,7 @@ class SeppClient:
         those records. ``max_records=0`` sends nothing and returns ``[]``. An empty list
         also means retention is off (see ``ServerInfo.dead_letter_retention_enabled``).
         """
-        if isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 0:
-            raise ValueError(f"max_records must be an int >= 0, got {max_records!r}")
-        if queue is not None and (not isinstance(queue, str) or not queue):
-            raise ValueError("queue must be a non-empty str or None")
-        bad_name = None if queue is None else queue_name_error(queue)
-        if bad_name is not None:  # the server drains no such queue: say so, as reserve does
-            raise ValueError(f"queue {queue!r} {bad_name}")
+        _validate.drain_arguments(queue, max_records)
         if max_records == 0:
             return []
         request = encode_drain_dead_letters_request(queue, max_records)
@@ -531,20 +514,11 @@ def _warn_non_uuid_records(records: list[DeadLetterRecord]) -> None:
             logger.warning("dead-letter record with an id that is not a UUID: %s (kept)", shown)
 
 
-def _receive_limit(value: int | None) -> int:
-    if value is None:
-        return DEFAULT_MAX_RECEIVE
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"max_receive_message_bytes must be a positive int, got {value!r}")
-    return value
-
-
 def _client_tls(
     use_tls: bool, ca_cert: bytes | None, credentials: ssl.SSLContext | None
 ) -> ssl.SSLContext | None:
     if credentials is not None:
-        if not isinstance(credentials, ssl.SSLContext):
-            raise TypeError("credentials must be an ssl.SSLContext")
+        _validate.ssl_context(credentials, "credentials")
         credentials.set_alpn_protocols(["h2"])  # gRPC servers refuse TLS without ALPN h2
         return credentials
     return tls_context(ca_cert) if use_tls else None
@@ -553,12 +527,9 @@ def _client_tls(
 def _encoded_batch(
     batch: list[EnqueueRequest], refused: dict[int, errors.JobRejection]
 ) -> tuple[list[EnqueueRequest], bytes]:
-    """The jobs to send and their request. Every job is encoded (so a bad one raises
-    before anything is sent, refused or not); the refused ones are then left out."""
-    request = encode_enqueue_batch_request(batch, _injected_trace())
-    if not refused:
-        return batch, request
-    sent = [job for index, job in enumerate(batch) if index not in refused]
+    """The jobs to send (checked already: see ``_checked_batch``), the refused ones
+    left out, and their request."""
+    sent = [job for index, job in enumerate(batch) if index not in refused] if refused else batch
     return sent, encode_enqueue_batch_request(sent, _injected_trace()) if sent else b""
 
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import re
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
 
-from sepp_lite import _otel
-from sepp_lite._names import queue_name_error
-from sepp_lite._time import Duration, as_timedelta
+from sepp_lite import _otel, _validate
+from sepp_lite._time import Duration
+from sepp_lite._validate import PriorityOutOfRangeError, TraceContextError
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -45,7 +44,6 @@ Primitive = Union[str, int, float, bool]
 """A value of a job's ``custom`` map."""
 
 _DEFAULT_WAIT_TIMEOUT = timedelta(seconds=30)
-_UINT32_MAX = 0xFFFF_FFFF
 
 
 @dataclass(frozen=True)
@@ -57,14 +55,6 @@ class Payload:
 
     data: bytes
     encoding: str
-
-
-class PriorityOutOfRangeError(ValueError):
-    """A priority outside ``0..=9``, or not an ``int`` (``bool`` is refused)."""
-
-    def __init__(self, value: object) -> None:
-        self.value = value
-        super().__init__(f"priority must be an int from 0 to 9, got {value!r}")
 
 
 @dataclass(frozen=True, order=True)
@@ -87,9 +77,7 @@ class Priority:
     P9: ClassVar[Priority]
 
     def __post_init__(self) -> None:
-        value = self.value
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 9:
-            raise PriorityOutOfRangeError(value)
+        _validate.priority(self.value)
 
     def __int__(self) -> int:
         return self.value
@@ -115,34 +103,6 @@ Priority.MIN = Priority.P0
 Priority.MAX = Priority.P9
 
 
-class TraceContextError(ValueError):
-    """A ``traceparent`` that is not a valid W3C trace-context header."""
-
-
-_TRACEPARENT = re.compile(r"[0-9a-fA-F]{2}-[0-9a-fA-F]{32}-[0-9a-fA-F]{16}-[0-9a-fA-F]{2}")
-_TRACEPARENT_PARTS = (("version", 2), ("trace_id", 32), ("span_id", 16), ("flags", 2))
-_HEX = frozenset("0123456789abcdefABCDEF")
-
-
-def traceparent_problem(traceparent: object) -> str | None:
-    """Why ``traceparent`` is invalid, or ``None`` when it is valid."""
-    if not isinstance(traceparent, str):
-        return f"traceparent must be a str, got {type(traceparent).__name__}"
-    if _TRACEPARENT.fullmatch(traceparent):
-        if traceparent[3:35].strip("0") == "":
-            return "trace_id must not be all zeros"
-        if traceparent[36:52].strip("0") == "":
-            return "span_id must not be all zeros"
-        return None
-    parts = traceparent.split("-")
-    if len(parts) != 4:
-        return f"expected 4 fields separated by '-', got {len(parts)}"
-    for (name, size), part in zip(_TRACEPARENT_PARTS, parts):
-        if len(part) != size or not _HEX.issuperset(part):
-            return f"{name} must be {size} hex characters, got {part!r}"
-    return "malformed"  # pragma: no cover - the regex and the split agree
-
-
 @dataclass(frozen=True)
 class TraceContext:
     """A W3C trace context carried by a job from its producer to its worker.
@@ -155,11 +115,7 @@ class TraceContext:
     tracestate: Optional[str] = None
 
     def __post_init__(self) -> None:
-        problem = traceparent_problem(self.traceparent)
-        if problem is not None:
-            raise TraceContextError(f"invalid traceparent: {problem}")
-        if self.tracestate is not None and not isinstance(self.tracestate, str):
-            raise TraceContextError("tracestate must be a str or None")
+        _validate.trace_context(self.traceparent, self.tracestate)
 
     @classmethod
     def from_current_otel(cls) -> TraceContext | None:
@@ -206,10 +162,9 @@ class EnqueueRequest:
     scheduled_at: Optional[datetime] = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.queue, str) or not self.queue:
-            raise ValueError("queue must be a non-empty str")
-        if not isinstance(self.job_type, str) or not self.job_type:
-            raise ValueError("job_type must be a non-empty str")
+        # The rest is checked when the request is sent (_validate.enqueue_request).
+        _validate.queue(self.queue)
+        _validate.job_type(self.job_type)
         if self.priority is not None and not isinstance(self.priority, Priority):
             self.priority = Priority(self.priority)
 
@@ -298,27 +253,14 @@ class ReserveOptions:
     max_jobs: Optional[int] = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.queues, str):
-            raise TypeError("queues must be a sequence of queue names, not a str")
-        self.queues = list(self.queues)
-        if not self.queues:
-            raise ValueError("queues must name at least one queue")
-        for index, queue in enumerate(self.queues):
-            if not isinstance(queue, str) or not queue:
-                raise ValueError(f"queue name at index {index} must be a non-empty str")
-            problem = queue_name_error(queue)
-            if problem is not None:  # the server would refuse the whole reserve
-                raise ValueError(f"queue name at index {index} ({queue!r}) {problem}")
-        self.lease_duration = as_timedelta(self.lease_duration, "lease_duration", positive=True)
-        self.wait_timeout = as_timedelta(self.wait_timeout, "wait_timeout")
-        if self.worker_id is not None and (
-            not isinstance(self.worker_id, str) or not self.worker_id
-        ):
-            raise ValueError("worker_id must be a non-empty str when set")
-        if self.max_jobs is not None and (
-            type(self.max_jobs) is not int or not 1 <= self.max_jobs <= _UINT32_MAX
-        ):
-            raise ValueError(f"max_jobs must be an int of at least 1, got {self.max_jobs!r}")
+        # Also run by the client before each reserve: the dataclass is mutable.
+        self.queues = _validate.queue_names(self.queues)
+        self.lease_duration = _validate.duration(
+            self.lease_duration, "lease_duration", positive=True
+        )
+        self.wait_timeout = _validate.duration(self.wait_timeout, "wait_timeout")
+        _validate.worker_id(self.worker_id)
+        _validate.max_jobs(self.max_jobs)
 
 
 @dataclass(frozen=True)
@@ -411,13 +353,11 @@ class RetryPolicy:
     jitter: bool = True
 
     def __post_init__(self) -> None:
-        self.max_attempts = max(1, int(self.max_attempts))
-        self.multiplier = max(1.0, float(self.multiplier))
-        self.initial_backoff = as_timedelta(self.initial_backoff, "initial_backoff")
-        self.max_backoff = as_timedelta(self.max_backoff, "max_backoff")
-
-
-_DIRECTIVE_KINDS = ("default", "after", "dead_letter")
+        self.max_attempts, self.multiplier, self.initial_backoff, self.max_backoff = (
+            _validate.retry_policy(
+                self.max_attempts, self.multiplier, self.initial_backoff, self.max_backoff
+            )
+        )
 
 
 @dataclass(frozen=True)
@@ -432,14 +372,7 @@ class RetryDirective:
     DEAD_LETTER: ClassVar[RetryDirective]
 
     def __post_init__(self) -> None:
-        if self.kind not in _DIRECTIVE_KINDS:
-            raise ValueError(f"kind must be one of {_DIRECTIVE_KINDS}, got {self.kind!r}")
-        if self.kind == "after":
-            if self.delay is None:
-                raise ValueError("an 'after' directive needs a delay")
-            object.__setattr__(self, "delay", as_timedelta(self.delay, "delay"))
-        elif self.delay is not None:
-            raise ValueError(f"a {self.kind!r} directive takes no delay")
+        object.__setattr__(self, "delay", _validate.retry_directive(self.kind, self.delay))
 
     @classmethod
     def default(cls) -> RetryDirective:
@@ -459,3 +392,6 @@ class RetryDirective:
 
 RetryDirective.DEFAULT = RetryDirective.default()
 RetryDirective.DEAD_LETTER = RetryDirective.dead_letter()
+
+# What a request's fields must be, for the checks made when it is sent.
+_validate.use_value_types(Payload, Priority, TraceContext)

@@ -31,8 +31,8 @@ from hypothesis.vendor import pretty
 
 from sepp_lite import errors
 from sepp_lite._codec.job import JobRecord
-from sepp_lite._names import queue_name_error
 from sepp_lite._proto.sepp import v1 as pb
+from sepp_lite._validate import queue_name_error
 from sepp_lite.types import (
     PRIORITIES,
     DeadLetterCause,

@@ -30,6 +30,7 @@ from tests.client_helpers import (
     job_record,
     opts,
     reserve_reply,
+    server_info_bytes,
 )
 
 
@@ -136,6 +137,21 @@ async def test_bad_job_fails_before_any_rpc(
         await client.enqueue_batch([good, good, bad])
     with pytest.raises(error, match=match):
         await client.enqueue_atomic([good, bad])
+
+
+async def test_a_bad_job_raises_the_same_once_the_limits_are_known() -> None:
+    # The payload limit check used to read payload.data before the job was checked:
+    # a payload that is not a Payload raised AttributeError only on an informed client.
+    async with ScriptedServer() as server, connected(server.addr) as client:
+        server.script("GetServerInfo", server_info_bytes(max_payload_bytes=64))
+        await client.get_server_info()
+        calls = len(server.calls)
+        bad = EnqueueRequest("q", "t", payload=b"raw")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="payload must be a Payload or None"):
+            await client.enqueue(bad)
+        with pytest.raises(TypeError, match="payload must be a Payload or None"):
+            await client.enqueue_atomic([job("q", payload=Payload(b"x" * 65, "raw")), bad])
+        assert len(server.calls) == calls
 
 
 async def test_custom_value_errors_name_the_key(

@@ -22,7 +22,7 @@ from betterproto.lib.google.protobuf import Empty
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from sepp_lite import errors
+from sepp_lite import _validate, errors
 from sepp_lite._codec.dead_letters import (
     decode_drain_dead_letters_response,
     encode_drain_dead_letters_request,
@@ -351,9 +351,10 @@ def test_custom_values_of_other_types_raise_type_error(value: object) -> None:
 
 
 def test_custom_keys_must_be_str() -> None:
+    # A check, not an encoder guard: a key that is not a str cannot be encoded at all.
     job = EnqueueRequest("q", "t", custom={1: "v"})  # type: ignore[dict-item]
-    with pytest.raises(TypeError):
-        write_enqueue_request(job)
+    with pytest.raises(TypeError, match="custom keys must be str"):
+        _validate.enqueue_request(job)
 
 
 @FEW
@@ -434,11 +435,12 @@ def test_out_of_range_max_attempts_is_refused(max_attempts: object) -> None:
 
 
 @pytest.mark.parametrize("field", ["queue", "job_type"])
-def test_empty_queue_or_job_type_is_refused_by_the_encoder(field: str) -> None:
+def test_empty_queue_or_job_type_is_refused_when_sent(field: str) -> None:
+    # A check, not an encoder guard: an empty name goes out as what it is.
     job = EnqueueRequest("q", "t")
     setattr(job, field, "")
-    with pytest.raises(ValueError):
-        write_enqueue_request(job)
+    with pytest.raises(ValueError, match=f"{field} must be a non-empty str"):
+        _validate.enqueue_request(job)
 
 
 _FENCED: dict[str, Callable[[int], bytes]] = {

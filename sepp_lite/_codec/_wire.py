@@ -15,6 +15,7 @@ from typing import Callable, TypeVar
 
 from sepp_lite._codec.schema import I32, I64, LEN, TIMESTAMP_NANOS, TIMESTAMP_SECONDS, VARINT
 from sepp_lite._time import EPOCH
+from sepp_lite._validate import int64, non_negative_wire_duration, uint32
 from sepp_lite.errors import DecodeError
 
 T = TypeVar("T")
@@ -22,7 +23,6 @@ R = TypeVar("R")
 
 _U32 = 0xFFFF_FFFF
 _U64 = 0xFFFF_FFFF_FFFF_FFFF
-_I64_MIN = -(1 << 63)
 _I64_MAX = (1 << 63) - 1
 # datetime's range in seconds since the epoch (years 1..9999).
 _MIN_SECONDS = -62_135_596_800
@@ -260,8 +260,7 @@ def datetime_body(dt: datetime) -> bytes:
 
 def timedelta_body(td: timedelta) -> bytes:
     """Encode a non-negative timedelta as a Duration body."""
-    if td < timedelta(0):
-        raise ValueError(f"durations sent to the server must not be negative, got {td}")
+    non_negative_wire_duration(td)
     return seconds_nanos_body(td.days * 86_400 + td.seconds, td.microseconds * 1000)
 
 
@@ -299,16 +298,10 @@ def field_bool(tag: int, value: bool) -> bytes:
     return _KEYS[tag] + b"\x01" if value else b""
 
 
-def check_uint32(value: object, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= _U32:
-        raise ValueError(f"{name} must be an int from 0 to {_U32}, got {value!r}")
-    return value
-
-
-def check_int64(value: int, name: str) -> int:
-    if not _I64_MIN <= value <= _I64_MAX:
-        raise ValueError(f"{name} must fit in a signed 64-bit integer, got {value!r}")
-    return value
+# The encoders' guards for integer fields (the rules are sepp_lite._validate's): a value
+# out of range would otherwise go out as some other number.
+check_uint32 = uint32
+check_int64 = int64
 
 
 def guarded(what: str, decode: Callable[[bytes], T], data: bytes) -> T:

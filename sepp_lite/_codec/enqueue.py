@@ -63,14 +63,17 @@ from sepp_lite._codec.values import (
     write_trace_context,
 )
 from sepp_lite._time import EPOCH, as_utc
-from sepp_lite.types import EnqueueAck, EnqueueRequest, Priority, TraceContext
+from sepp_lite.types import EnqueueAck, EnqueueRequest, Priority
 
 # ---------------------------------------------------------------------------------------
 # EnqueueBatchRequest: written by the client
 #
-# Every writer re-checks what it sends (request dataclasses are mutable, so their
-# ``__post_init__`` checks can be bypassed) and raises ``TypeError``/``ValueError``
-# before anything reaches the wire.
+# The writers take jobs checked by ``sepp_lite._validate.enqueue_request`` (the client
+# and the CLI run it before encoding). They keep only the guards against a value going
+# out as some other value: a priority or max_attempts outside its range, a custom int
+# outside int64, payload data that is not bytes-like. A field of some other wrong type
+# is the checks' business: here it fails as Python fails (mostly AttributeError), with
+# no message promised.
 
 # Encoded fields by value: producers repeat queue names and job types from job to job.
 _QUEUE_FIELDS: dict[str, bytes] = {}
@@ -92,8 +95,6 @@ def _optional_fields(job: EnqueueRequest) -> list[bytes]:
     parts = []
     key = job.idempotency_key
     if key is not None:
-        if not isinstance(key, str):
-            raise TypeError("idempotency_key must be a str or None")
         parts.append(field_str(ENQUEUE_REQUEST_IDEMPOTENCY_KEY, key))
     if job.priority is not None:
         parts.append(field_uint(ENQUEUE_REQUEST_PRIORITY, _priority_value(job.priority)))
@@ -103,9 +104,7 @@ def _optional_fields(job: EnqueueRequest) -> list[bytes]:
     return parts
 
 
-def _scheduled_field(scheduled_at: object) -> bytes:
-    if not isinstance(scheduled_at, datetime):
-        raise TypeError("scheduled_at must be a datetime or None")
+def _scheduled_field(scheduled_at: datetime) -> bytes:
     # Instants before the epoch are dropped, as sepp-py does: the job runs now.
     if as_utc(scheduled_at) < EPOCH:
         return b""
@@ -117,10 +116,6 @@ def write_enqueue_request(job: EnqueueRequest, injected_trace: bytes = b"") -> b
     :func:`trace_context_field`) is used when the job carries no trace context of its
     own."""
     queue, job_type = job.queue, job.job_type
-    if queue.__class__ is not str or not queue:
-        raise ValueError("queue must be a non-empty str")
-    if job_type.__class__ is not str or not job_type:
-        raise ValueError("job_type must be a non-empty str")
     parts = [
         _QUEUE_FIELDS.get(queue) or cached_str_field(_QUEUE_FIELDS, ENQUEUE_REQUEST_QUEUE, queue),
         _TYPE_FIELDS.get(job_type)
@@ -132,8 +127,6 @@ def write_enqueue_request(job: EnqueueRequest, injected_trace: bytes = b"") -> b
         parts += _optional_fields(job)
     tc = job.trace_context
     if tc is not None:
-        if not isinstance(tc, TraceContext):
-            raise TypeError("trace_context must be a TraceContext or None")
         parts.append(trace_context_field(tc.traceparent, tc.tracestate))
     else:
         parts.append(injected_trace)

@@ -45,6 +45,7 @@ from sepp_lite._codec.schema import (
     TRACE_CONTEXT_TRACEPARENT,
     TRACE_CONTEXT_TRACESTATE,
 )
+from sepp_lite._validate import custom_value_type_error, payload_data
 from sepp_lite.errors import DecodeError
 from sepp_lite.types import Payload, Primitive
 
@@ -70,8 +71,9 @@ _INT_KEY = key(PRIMITIVE_VALUE_INT_VALUE)
 
 
 def write_primitive_value(key_name: str, value: object) -> bytes:
-    """A PrimitiveValue body for ``custom[key_name]``; ``TypeError`` for other types,
-    ``ValueError`` for ints outside int64."""
+    """A PrimitiveValue body for ``custom[key_name]``; ``TypeError`` for a type the wire
+    has no member for, ``ValueError`` for ints outside int64 (the rules of
+    ``sepp_lite._validate.custom_map``)."""
     # bool before int: bool is a subclass of int.
     cls = value.__class__
     if cls is str:
@@ -91,9 +93,7 @@ def write_primitive_value(key_name: str, value: object) -> bytes:
         return write_primitive_value(key_name, int(value))
     if isinstance(value, float):
         return write_primitive_value(key_name, float(value))
-    raise TypeError(
-        f"custom[{key_name!r}] must be str, int, float or bool, got {type(value).__name__}"
-    )
+    raise custom_value_type_error(key_name, value)
 
 
 def read_primitive_value(data: bytes, pos: int, stop: int) -> DecodedPrimitive:
@@ -129,9 +129,7 @@ _ENTRY_FIELDS: dict[tuple[int, str, object, type], bytes] = {}
 _CACHEABLE = frozenset({str, int, bool})
 
 
-def _entry_field(tag: int, key_name: object, value: object) -> bytes:
-    if not isinstance(key_name, str):
-        raise TypeError(f"custom keys must be str, got {type(key_name).__name__}")
+def _entry_field(tag: int, key_name: str, value: object) -> bytes:
     entry = field_str(MAP_ENTRY_KEY, key_name) + field_bytes(
         MAP_ENTRY_VALUE, write_primitive_value(key_name, value)
     )
@@ -239,17 +237,12 @@ def cached_str_field(cache: dict[str, bytes], field: int, value: str) -> bytes:
     return encoded
 
 
-def payload_field(field: int, payload: object) -> bytes:
-    """A Payload field (``field``, length-delimited); ``TypeError`` for a wrong type."""
-    if not isinstance(payload, Payload):
-        raise TypeError(f"payload must be a Payload or None, got {type(payload).__name__}")
+def payload_field(field: int, payload: Payload) -> bytes:
+    """A Payload field (``field``, length-delimited) of a checked payload."""
     data = payload.data
     if not isinstance(data, bytes):
-        if not isinstance(data, (bytearray, memoryview)):
-            raise TypeError(f"payload.data must be bytes, got {type(data).__name__}")
+        payload_data(data)  # bytes() of an int would be that many zeros
         data = bytes(data)
-    if not isinstance(payload.encoding, str):
-        raise TypeError("payload.encoding must be a str")
     encoding = payload.encoding
     tail = _ENCODING_FIELDS.get(encoding) if encoding else b""
     if tail is None:

@@ -23,7 +23,7 @@ from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from typing import IO, Any, Optional
 
-from sepp_lite import errors
+from sepp_lite import _validate, errors
 from sepp_lite._codec.enqueue import write_enqueue_request
 from sepp_lite.cli.common import (
     EXIT_OK,
@@ -192,8 +192,10 @@ def _check_enqueue_args(args: argparse.Namespace) -> None:
 
 
 def _check_request(request: EnqueueRequest) -> int:
-    """Run the client's own encoder on ``request`` (what enqueue would refuse before
-    sending); return the encoded size."""
+    """Check ``request`` as the client does before sending it (``TypeError`` or
+    ``ValueError`` for what enqueue would refuse); return its encoded size, which
+    batches are sized by."""
+    _validate.enqueue_request(request)
     return len(write_enqueue_request(request))
 
 

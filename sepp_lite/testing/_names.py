@@ -1,13 +1,13 @@
 """Queue-name rules and Rust ``{:?}`` string quoting, shared by the config and the
 state machine so that declared names and request names follow one rule (the client's
-own, from ``sepp_lite._names``)."""
+own, from ``sepp_lite._validate``)."""
 
 from __future__ import annotations
 
 import unicodedata
 from collections.abc import Iterable
 
-from sepp_lite._names import queue_name_error
+from sepp_lite._validate import queue_name_error
 
 __all__ = ["queue_name_error", "rust_debug", "rust_debug_list"]
 

@@ -1,0 +1,417 @@
+"""The client-side checks of what the client sends, in one place: small functions that
+raise ``TypeError``/``ValueError`` (or one of their public subclasses) with the message
+users see, or return the value normalised. (Not here: the Worker's own arguments, the
+address and API-key checks of the transport, and the argument type checks at the top
+of ``reserve`` and ``nack``.)
+
+Who calls them:
+
+* the dataclasses of :mod:`sepp_lite.types`, from ``__post_init__`` (checks at
+  construction);
+* :class:`~sepp_lite.client.SeppClient`, once per call before encoding (the dataclasses
+  are mutable, so what is sent is checked again: :func:`enqueue_batch`, and
+  ``ReserveOptions.__post_init__`` for reserve);
+* the CLI, to check a job before queueing it for a batch (:func:`enqueue_request`).
+
+The encoders in :mod:`sepp_lite._codec` assume checked input. They keep only guards
+against values that would otherwise go out as some other value without a word (an int
+outside uint32 or int64, a negative duration, payload data that ``bytes()`` would
+misread), and those guards call the functions here, so the rule and its message stay
+one.
+
+This module imports neither :mod:`sepp_lite.types` nor the codec (``types`` imports it);
+the value classes a request's fields must be are handed over by ``types`` once defined
+(:func:`use_value_types`).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import ssl
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta
+from typing import Any, Optional, TypeVar
+
+from sepp_lite import errors
+from sepp_lite._time import as_timedelta
+
+Job = TypeVar("Job")
+"""A ``sepp_lite.types.EnqueueRequest`` (not imported here: see the module docstring)."""
+
+__all__ = [
+    "PriorityOutOfRangeError",
+    "TraceContextError",
+    "custom_map",
+    "custom_value_type_error",
+    "drain_arguments",
+    "duration",
+    "enqueue_batch",
+    "enqueue_request",
+    "int64",
+    "is_control",
+    "job_type",
+    "max_jobs",
+    "non_negative_wire_duration",
+    "payload",
+    "payload_data",
+    "priority",
+    "queue",
+    "queue_name_error",
+    "queue_names",
+    "receive_limit",
+    "retry_directive",
+    "retry_policy",
+    "ssl_context",
+    "trace_context",
+    "traceparent_problem",
+    "uint32",
+    "use_value_types",
+    "worker_id",
+]
+
+UINT32_MAX = 0xFFFF_FFFF
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+
+# ---------------------------------------------------------------------------------------
+# The errors of the value types (public as ``sepp_lite.types.*``, where they always were)
+
+
+class PriorityOutOfRangeError(ValueError):
+    """A priority outside ``0..=9``, or not an ``int`` (``bool`` is refused)."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+        super().__init__(f"priority must be an int from 0 to 9, got {value!r}")
+
+
+class TraceContextError(ValueError):
+    """A ``traceparent`` that is not a valid W3C trace-context header."""
+
+
+PriorityOutOfRangeError.__module__ = TraceContextError.__module__ = "sepp_lite.types"
+
+# The classes of sepp_lite.types that request fields must be instances of; set by
+# use_value_types() when sepp_lite.types is imported, which is before any request exists.
+_Payload: Any = None
+_Priority: Any = None
+_TraceContext: Any = None
+
+
+def use_value_types(payload_class: type, priority_class: type, trace_class: type) -> None:
+    """Called once by :mod:`sepp_lite.types` with its ``Payload``, ``Priority`` and
+    ``TraceContext`` (imported the other way round, they would form an import cycle)."""
+    global _Payload, _Priority, _TraceContext
+    _Payload, _Priority, _TraceContext = payload_class, priority_class, trace_class
+
+
+# ---------------------------------------------------------------------------------------
+# Integers and durations
+
+
+def uint32(value: object, name: str) -> int:
+    """``value`` as a uint32 field; ``ValueError`` for anything else (bools included)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= UINT32_MAX:
+        raise ValueError(f"{name} must be an int from 0 to {UINT32_MAX}, got {value!r}")
+    return value
+
+
+def int64(value: int, name: str) -> int:
+    """``value`` (an int) as an int64 field; ``ValueError`` outside that range."""
+    if not INT64_MIN <= value <= INT64_MAX:
+        raise ValueError(f"{name} must fit in a signed 64-bit integer, got {value!r}")
+    return value
+
+
+duration = as_timedelta
+"""A duration argument (``timedelta`` or seconds) as a ``timedelta``; ``TypeError`` or
+``ValueError`` naming the argument (the rule is :func:`sepp_lite._time.as_timedelta`,
+which the worker and the monitor use too)."""
+
+
+def non_negative_wire_duration(td: timedelta) -> timedelta:
+    """The encoders' guard for a Duration field: never negative."""
+    if td < timedelta(0):
+        raise ValueError(f"durations sent to the server must not be negative, got {td}")
+    return td
+
+
+# ---------------------------------------------------------------------------------------
+# Names
+
+
+def is_control(char: str) -> bool:
+    """Unicode general category Cc, as Rust's ``char::is_control``."""
+    code = ord(char)
+    return code < 0x20 or 0x7F <= code <= 0x9F
+
+
+# Producers repeat a handful of queue names; checking each once per name is enough.
+@functools.lru_cache(maxsize=4096)
+def queue_name_error(name: str) -> Optional[str]:
+    """Why ``name`` is not a valid queue name (the message tail after the field name),
+    or ``None`` when it is valid. The server's rule: the client checks reserve and drain
+    names with it, and the in-process server declared names and request names."""
+    if not name:
+        return "must not be empty"
+    if name in (".", ".."):
+        return 'must not be "." or ".."'
+    if "/" in name:
+        return "must not contain '/'"
+    if any(is_control(c) for c in name):
+        return "must not contain control characters"
+    return None
+
+
+def queue(value: object) -> None:
+    """An ``EnqueueRequest.queue`` at construction."""
+    if not isinstance(value, str) or not value:
+        raise ValueError("queue must be a non-empty str")
+
+
+def job_type(value: object) -> None:
+    """An ``EnqueueRequest.job_type`` at construction."""
+    if not isinstance(value, str) or not value:
+        raise ValueError("job_type must be a non-empty str")
+
+
+def queue_names(queues: Iterable[str]) -> list[str]:
+    """``ReserveOptions.queues`` as a list: at least one, each a valid queue name (the
+    server would refuse the whole reserve)."""
+    if isinstance(queues, str):
+        raise TypeError("queues must be a sequence of queue names, not a str")
+    names = list(queues)
+    if not names:
+        raise ValueError("queues must name at least one queue")
+    for index, name in enumerate(names):
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"queue name at index {index} must be a non-empty str")
+        problem = queue_name_error(name)
+        if problem is not None:
+            raise ValueError(f"queue name at index {index} ({name!r}) {problem}")
+    return names
+
+
+def worker_id(value: object) -> None:
+    if value is not None and (not isinstance(value, str) or not value):
+        raise ValueError("worker_id must be a non-empty str when set")
+
+
+def max_jobs(value: object) -> None:
+    if value is not None and (type(value) is not int or not 1 <= value <= UINT32_MAX):
+        raise ValueError(f"max_jobs must be an int of at least 1, got {value!r}")
+
+
+def drain_arguments(queue: object, max_records: object) -> None:
+    """``drain_dead_letters(queue, max_records)``; a queue name the server refuses is
+    reported here, as reserve does."""
+    if isinstance(max_records, bool) or not isinstance(max_records, int) or max_records < 0:
+        raise ValueError(f"max_records must be an int >= 0, got {max_records!r}")
+    if queue is not None and (not isinstance(queue, str) or not queue):
+        raise ValueError("queue must be a non-empty str or None")
+    bad_name = None if queue is None else queue_name_error(queue)
+    if bad_name is not None:
+        raise ValueError(f"queue {queue!r} {bad_name}")
+
+
+# ---------------------------------------------------------------------------------------
+# Priority, trace context, retries
+
+
+def priority(value: object) -> int:
+    """A priority's value: an int from 0 to 9 (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 9:
+        raise PriorityOutOfRangeError(value)
+    return value
+
+
+_TRACEPARENT = re.compile(r"[0-9a-fA-F]{2}-[0-9a-fA-F]{32}-[0-9a-fA-F]{16}-[0-9a-fA-F]{2}")
+_TRACEPARENT_PARTS = (("version", 2), ("trace_id", 32), ("span_id", 16), ("flags", 2))
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+
+def traceparent_problem(traceparent: object) -> str | None:
+    """Why ``traceparent`` is invalid, or ``None`` when it is valid."""
+    if not isinstance(traceparent, str):
+        return f"traceparent must be a str, got {type(traceparent).__name__}"
+    if _TRACEPARENT.fullmatch(traceparent):
+        if traceparent[3:35].strip("0") == "":
+            return "trace_id must not be all zeros"
+        if traceparent[36:52].strip("0") == "":
+            return "span_id must not be all zeros"
+        return None
+    parts = traceparent.split("-")
+    if len(parts) != 4:
+        return f"expected 4 fields separated by '-', got {len(parts)}"
+    for (name, size), part in zip(_TRACEPARENT_PARTS, parts):
+        if len(part) != size or not _HEX.issuperset(part):
+            return f"{name} must be {size} hex characters, got {part!r}"
+    return "malformed"  # pragma: no cover - the regex and the split agree
+
+
+def trace_context(traceparent: object, tracestate: object) -> None:
+    """A ``TraceContext``'s fields; :class:`TraceContextError` when invalid."""
+    problem = traceparent_problem(traceparent)
+    if problem is not None:
+        raise TraceContextError(f"invalid traceparent: {problem}")
+    if tracestate is not None and not isinstance(tracestate, str):
+        raise TraceContextError("tracestate must be a str or None")
+
+
+DIRECTIVE_KINDS = ("default", "after", "dead_letter")
+
+
+def retry_directive(kind: object, delay: object) -> Optional[timedelta]:
+    """A ``RetryDirective``'s fields; returns its delay as a ``timedelta``."""
+    if kind not in DIRECTIVE_KINDS:
+        raise ValueError(f"kind must be one of {DIRECTIVE_KINDS}, got {kind!r}")
+    if kind == "after":
+        if delay is None:
+            raise ValueError("an 'after' directive needs a delay")
+        return as_timedelta(delay, "delay")  # type: ignore[arg-type]
+    if delay is not None:
+        raise ValueError(f"a {kind!r} directive takes no delay")
+    return None
+
+
+def retry_policy(
+    max_attempts: Any, multiplier: Any, initial_backoff: Any, max_backoff: Any
+) -> tuple[int, float, timedelta, timedelta]:
+    """A ``RetryPolicy``'s fields, normalised: ``max_attempts`` below 1 and
+    ``multiplier`` below 1.0 are raised to those floors; backoffs must not be
+    negative."""
+    return (
+        max(1, int(max_attempts)),
+        max(1.0, float(multiplier)),
+        as_timedelta(initial_backoff, "initial_backoff"),
+        as_timedelta(max_backoff, "max_backoff"),
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Enqueue: payloads, custom values, whole requests
+
+
+def payload_data(data: object) -> None:
+    """``Payload.data``: bytes, or a bytearray or memoryview (sent as their bytes)."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"payload.data must be bytes, got {type(data).__name__}")
+
+
+def payload(value: object) -> None:
+    """A job's payload (not ``None``)."""
+    if not isinstance(value, _Payload):
+        raise TypeError(f"payload must be a Payload or None, got {type(value).__name__}")
+    payload_data(value.data)
+    if not isinstance(value.encoding, str):
+        raise TypeError("payload.encoding must be a str")
+
+
+def custom_value_type_error(key: object, value: object) -> TypeError:
+    """The error for a custom value of a type the wire has no member for."""
+    return TypeError(f"custom[{key!r}] must be str, int, float or bool, got {type(value).__name__}")
+
+
+def _custom_entry(key: object, value: object) -> None:
+    if not isinstance(key, str):
+        raise TypeError(f"custom keys must be str, got {type(key).__name__}")
+    if isinstance(value, bool) or isinstance(value, (str, float)):
+        return
+    if not isinstance(value, int):
+        raise custom_value_type_error(key, value)
+    int64(int(value), f"custom[{key!r}]")
+
+
+def custom_map(custom: Mapping[str, object]) -> None:
+    """A job's custom map: str keys; values str, int (int64), float or bool, or a
+    subclass of str, int or float (sent as its base value)."""
+    # Producers send a few entries per job, of the exact built-in types: those pass the
+    # inline test, and anything else gets the full rule (which raises or accepts it).
+    for key, value in custom.items():
+        cls = value.__class__
+        if key.__class__ is str and (
+            cls is str
+            or cls is bool
+            or cls is float
+            or (cls is int and -0x8000_0000_0000_0000 <= value <= 0x7FFF_FFFF_FFFF_FFFF)  # type: ignore[operator]
+        ):
+            continue
+        _custom_entry(key, value)
+
+
+def enqueue_request(job: Any) -> None:
+    """Everything about one job the client would refuse to send, checked in field
+    order; the dataclass is mutable, so this runs on what is sent, not at construction.
+    (Limits the server advertises are not checked here; see :func:`enqueue_batch`.)"""
+    queue, job_type = job.queue, job.job_type
+    if queue.__class__ is not str or not queue:
+        raise ValueError("queue must be a non-empty str")
+    if job_type.__class__ is not str or not job_type:
+        raise ValueError("job_type must be a non-empty str")
+    # Each field's usual value (exact class) is let through inline; anything else gets
+    # the full rule, which raises or accepts it (subclasses, bytearray data...).
+    body = job.payload
+    if body is not None and (
+        body.__class__ is not _Payload
+        or body.data.__class__ is not bytes
+        or body.encoding.__class__ is not str
+    ):
+        payload(body)
+    key = job.idempotency_key
+    if key is not None and key.__class__ is not str and not isinstance(key, str):
+        raise TypeError("idempotency_key must be a str or None")
+    value = job.priority
+    if value is not None and value.__class__ is not _Priority and not isinstance(value, _Priority):
+        priority(value)
+    attempts = job.max_attempts
+    if attempts is not None and (attempts.__class__ is not int or not 0 <= attempts <= UINT32_MAX):
+        uint32(attempts, "max_attempts")
+    trace = job.trace_context
+    if trace is not None and not isinstance(trace, _TraceContext):
+        raise TypeError("trace_context must be a TraceContext or None")
+    if job.custom:
+        custom_map(job.custom)
+    when = job.scheduled_at
+    if when is not None and not isinstance(when, datetime):
+        raise TypeError("scheduled_at must be a datetime or None")
+
+
+def enqueue_batch(
+    jobs: Iterable[Job], payload_limit: int = 0
+) -> tuple[list[Job], dict[int, errors.JobRejection]]:
+    """The jobs of an enqueue as a list, and those refused without sending them, by
+    index. Raises :class:`~sepp_lite.errors.EmptyBatchError` for no jobs, and the
+    error of the first job that cannot be sent (:func:`enqueue_request`). A payload over
+    ``payload_limit`` (the server's advertised ``max_payload_bytes``; 0 for none known)
+    is refused with the server's own ``PayloadTooLarge``, as a value."""
+    batch = list(jobs)
+    if not batch:
+        raise errors.EmptyBatchError()
+    for job in batch:
+        enqueue_request(job)
+    refused: dict[int, errors.JobRejection] = {}
+    if payload_limit:
+        for index, job in enumerate(batch):
+            body = job.payload  # type: ignore[attr-defined]
+            if body is not None and len(body.data) > payload_limit:
+                refused[index] = errors.PayloadTooLarge(payload_limit, len(body.data))
+    return batch, refused
+
+
+# ---------------------------------------------------------------------------------------
+# Connection options
+
+
+def receive_limit(value: int | None, default: int) -> int:
+    """``max_receive_message_bytes``: ``default`` when ``None``, else a positive int."""
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"max_receive_message_bytes must be a positive int, got {value!r}")
+    return value
+
+
+def ssl_context(value: object, name: str) -> None:
+    if not isinstance(value, ssl.SSLContext):
+        raise TypeError(f"{name} must be an ssl.SSLContext")
