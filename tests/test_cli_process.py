@@ -36,6 +36,15 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+# `python -m sepp_lite`, with Ctrl-C's default handler even when this test run was started
+# with SIGINT ignored, as a background job of a shell without job control is (nohup ...
+# &): children inherit that, and Python then rightly leaves SIGINT ignored.
+_AS_FROM_A_TERMINAL = (
+    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module('sepp_lite', run_name='__main__', alter_sys=True)"
+)
+
+
 @asynccontextmanager
 async def started(
     *args: str, stdin: Optional[int] = None, stderr: int = asyncio.subprocess.PIPE
@@ -43,8 +52,8 @@ async def started(
     """``python -m sepp_lite args`` as a child process, killed if still running."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        "-m",
-        "sepp_lite",
+        "-c",
+        _AS_FROM_A_TERMINAL,
         *args,
         stdin=stdin,
         stdout=asyncio.subprocess.PIPE,
