@@ -4,12 +4,15 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import struct
 
 from sepp_lite import SeppClient
 from sepp_lite._http2 import ConnectionState, Http2Config, Keepalive
 from sepp_lite._http2 import _frames as f
+from sepp_lite._http2._headers import request_head
 from sepp_lite._transport import Http2Transport, parse_address
+from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import sepp_server
 
 
@@ -72,3 +75,42 @@ def _last_goaway(data: bytes) -> tuple[int, int]:
         data = data[9 + length :]
     assert found is not None, "no GOAWAY"
     return found
+
+
+async def test_a_call_whose_task_is_gone_leaves_no_unretrieved_failure() -> None:
+    # Ctrl-C under Python 3.9's asyncio.run ends the task of a call in flight with
+    # KeyboardInterrupt, without cancelling the call; closing the client then fails the
+    # call's stream, which nobody reads any more: no "Future exception was never
+    # retrieved" may follow. The call's coroutine is driven by hand here, and dropped.
+    loop = asyncio.get_running_loop()
+    unhandled: list[dict[str, object]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: unhandled.append(context))
+    server = SeppTestServer()
+    held = asyncio.Event()
+
+    async def hold() -> None:
+        held.set()
+        await asyncio.sleep(30)
+
+    server.before_call("GetServerInfo", hold)
+    try:
+        async with server:
+            transport = Http2Transport(parse_address(server.addr), label=server.addr)
+            await transport.connect()
+            [conn] = transport.live_connections
+            fields = ((b"content-type", b"application/grpc"), (b"te", b"trailers"))
+            path = b"/sepp.v1.QueueService/GetServerInfo"
+            head = request_head(path, tls=False, authority=b"localhost", fields=fields)
+            call = conn.call(head, b"", 0, b"\x00\x00\x00\x00\x00", loop.time() + 10, 1024)
+            call.send(None)  # sent; it now waits for the answer, as an interrupted task did
+            await asyncio.wait_for(held.wait(), 5)
+            conn.close("the client was closed")  # fails the call's stream
+            call.close()
+            del call
+            await transport.close()
+            gc.collect()
+            await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(previous)
+    assert [c for c in unhandled if "never retrieved" in str(c.get("message"))] == []

@@ -400,6 +400,10 @@ class Connection(asyncio.Protocol):
             future.set_result(outcome)
         else:
             future.set_exception(outcome)  # type: ignore[arg-type]
+            # Its caller may be gone: a task that Ctrl-C interrupted before it could be
+            # cancelled (Python 3.9's asyncio.run) must not leave "Future exception was
+            # never retrieved" behind. An awaiting caller still gets the exception.
+            future.exception()
 
     def _remove(self, stream: Stream) -> None:
         if self._streams.pop(stream.id, None) is None:
