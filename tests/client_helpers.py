@@ -90,6 +90,20 @@ def until_sync(predicate: Callable[[], object], timeout: float = 10.0, step: flo
         time.sleep(step)
 
 
+def run_on_own_loop(coro: Awaitable[T]) -> T:
+    """``asyncio.run`` for a synchronous test, on a loop of its own that leaves the
+    thread's current loop alone: pytest-asyncio leaves one set between tests, and on
+    Python 3.9 ``asyncio.run`` would unset it, leaving it unclosed for the GC to find."""
+    loop = asyncio.new_event_loop()
+    try:
+        return loop.run_until_complete(coro)
+    finally:
+        try:
+            loop.run_until_complete(loop.shutdown_asyncgens())
+        finally:
+            loop.close()
+
+
 def free_port() -> int:
     """A port on 127.0.0.1 with nothing listening (bound once, then released)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

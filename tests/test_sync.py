@@ -53,6 +53,7 @@ from tests.client_helpers import (
     free_port,
     job,
     opts,
+    run_on_own_loop,
     unique_queue,
     until_sync,
 )
@@ -361,7 +362,7 @@ def test_a_call_from_a_running_event_loop_raises_naming_the_async_client(
 
         for attempt in (call_in_loop, connect_in_loop):
             with pytest.raises(RuntimeError, match=r"use the async client, sepp_lite\.SeppClient"):
-                asyncio.run(attempt())
+                run_on_own_loop(attempt())
         assert client.get_server_info()  # outside a loop it still works
     assert sync_threads() == 0
 

@@ -22,7 +22,7 @@ from sepp_lite.testing import (
     SeppTestServer,
     run_until_drained,
 )
-from tests.client_helpers import job, opts, unique_queue
+from tests.client_helpers import job, opts, run_on_own_loop, unique_queue
 from tests.server_helpers import START_MS, enqueue_ids, lease_req, make_state, reserve_req
 from tests.server_helpers import job as state_job
 
@@ -72,7 +72,7 @@ def test_the_server_thread_serves_blocking_and_async_callers(threaded: SeppServe
         async with await sepp.SeppClient.connect(threaded.addr) as client:
             return (await client.enqueue(job(queue))).job_id
 
-    job_id = asyncio.run(produce())  # a loop of this thread's own talks to it
+    job_id = run_on_own_loop(produce())  # a loop of this thread's own talks to it
     assert threaded.counts(queue) == (1, 0, 0, 0)
     assert threaded.backlog([queue]) == Backlog(1, 0, 0, None)
     view = threaded.job(job_id)
@@ -108,7 +108,7 @@ def test_the_clock_moves_on_the_servers_thread(threaded: SeppServerThread) -> No
         async with await sepp.SeppClient.connect(threaded.addr) as client:
             await client.enqueue(job(queue, scheduled_at=due))
 
-    asyncio.run(schedule())
+    run_on_own_loop(schedule())
     assert threaded.backlog([queue]) == Backlog(0, 1, 0, START_MS + 300_000)
     threaded.clock.advance(300)
     assert threaded.clock.now_ms() == START_MS + 300_000
@@ -266,7 +266,7 @@ def test_the_server_counts_its_connections_and_the_worker_names_its_queues() -> 
             assert server.connections_accepted == 2
         assert server.connections_accepted == 2
 
-    asyncio.run(scenario())
+    run_on_own_loop(scenario())
 
 
 # -- SeppTestServer.before_call ------------------------------------------------------------
