@@ -240,9 +240,14 @@ async def test_two_processes_share_a_batch_and_one_metrics_endpoint_counts_it(
     async with sepp_lite(*argv, "--http", "127.0.0.1:0") as supervisor:
         url = await supervisor.url()
         await until(lambda: server.counts(queue) == (0, 0, 0, 0), timeout=60)
+
         # A child counts a job once its ack or nack is answered, just after the server
         # applied it: the last counts may come a moment after the queue is empty.
-        text = await metrics_once(url, lambda text: samples(text, "sepp_jobs_nacked_total") == 4)
+        def counted(text: str) -> bool:
+            processed = samples(text, "sepp_jobs_processed_total", queue=queue, job_type="work")
+            return processed == 60 and samples(text, "sepp_jobs_nacked_total") == 4
+
+        text = await metrics_once(url, counted)
         # Both children answered the scrape through the supervisor's one endpoint.
         assert samples(text, "sepp_jobs_processed_total", queue=queue, job_type="work") == 60
         assert samples(text, "sepp_jobs_started_total", queue=queue) == 64
