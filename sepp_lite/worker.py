@@ -192,6 +192,8 @@ class Worker:
         ).total_seconds()
         self._auto_extend = auto_extend or auto_extend_interval is not None
         self._extend_every: float | None = None
+        # Lease extensions under way; each job's keeper cancels its own when it stops.
+        self._extensions = TaskSet("lease extension")
         if auto_extend_interval is not None:
             interval = as_timedelta(auto_extend_interval, "auto_extend_interval")
             self._extend_every = max(interval.total_seconds(), 0.001)
@@ -643,8 +645,7 @@ class _LeaseKeeper:
             # Shutdown gave up on the job (its handler ignored that), or the handler
             # settled it already: nothing left to keep.
             return
-        self._extending = asyncio.ensure_future(self._extend())
-        self._extending.add_done_callback(_report_keeper_failure)
+        self._extending = self._worker._extensions.spawn(self._extend())
 
     def stop(self) -> None:
         """The handler ended: no more extensions (one in flight is cancelled)."""
@@ -682,10 +683,3 @@ class _LeaseKeeper:
     def _again(self) -> None:
         if not self._stopped:
             self._schedule()
-
-
-def _report_keeper_failure(task: asyncio.Task[None]) -> None:
-    # A failure that is not a sepp error (a bug, a closed client) must not be lost; the
-    # handler goes on, and its lease lapses if no other extension follows.
-    if not task.cancelled() and task.exception() is not None:
-        logger.error("lease keeper failed", exc_info=task.exception())
