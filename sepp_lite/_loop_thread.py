@@ -1,9 +1,9 @@
 """An asyncio event loop in a daemon thread, and blocking calls into it.
 
-The small version of anyio's ``BlockingPortal``: the blocking client drives the async
-client here, and ``SeppServerThread`` runs the in-process server here. anyio would add
-a second concurrency layer (and a dependency) for what these few lines do; its portal
-also hands results over through ``concurrent.futures``, which costs more per call.
+The small version of anyio's ``BlockingPortal``: ``SeppServerThread`` runs the
+in-process server here. anyio would add a second concurrency layer (and a dependency)
+for what these few lines do. (The blocking client does not hand its calls to a thread:
+its callers run its loop themselves, ``_caller_loop.py``.)
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, Generic, Optional, TypeVar
 
-__all__ = ["LoopThread"]
+__all__ = ["LoopThread", "cancel_the_rest"]
 
 T = TypeVar("T")
 
@@ -78,7 +78,7 @@ class LoopThread:
             loop.run_forever()
         finally:
             try:
-                _cancel_the_rest(loop)
+                cancel_the_rest(loop)
             finally:
                 loop.close()
                 self._selector.wake_finished()
@@ -157,7 +157,7 @@ class LoopThread:
             pass  # closed already
 
 
-def _cancel_the_rest(loop: asyncio.AbstractEventLoop) -> None:
+def cancel_the_rest(loop: asyncio.AbstractEventLoop) -> None:
     """Cancel what is left on a stopped loop and let it unwind."""
     tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
     for task in tasks:

@@ -8,10 +8,12 @@ commands, cron scripts, notebooks.
 
 It is not a second implementation of the protocol: every call runs the coroutine of
 the same name of an async :class:`sepp_lite.SeppClient` on an event loop that this
-client owns in a daemon thread, so errors, deadlines and retries are the async
-client's. One client is shared safely by many threads over one connection. After
-``os.fork()`` the child never touches the parent's connection or thread: it connects
-again, with the same arguments, on its first call.
+client owns, so errors, deadlines and retries are the async client's. The calling
+thread runs that loop itself while it waits (``_caller_loop.py``), and a daemon
+thread runs it briefly between calls for the keepalive pings. One client is shared
+safely by many threads over one connection. After ``os.fork()`` the child never
+touches the parent's connection: it connects again, with the same arguments, on
+its first call.
 """
 
 from __future__ import annotations
@@ -28,8 +30,8 @@ from types import TracebackType
 from typing import Any, Optional
 
 from sepp_lite import errors
-from sepp_lite._loop_thread import LoopThread
-from sepp_lite._time import Duration
+from sepp_lite._caller_loop import CallerLoop
+from sepp_lite._time import Duration, as_timedelta
 from sepp_lite.client import SeppClient as AsyncSeppClient
 from sepp_lite.types import (
     DeadLetterRecord,
@@ -69,64 +71,56 @@ if hasattr(os, "register_at_fork"):
 
 
 class _Connection:
-    """An async client and the loop thread it lives on, in the process that made them."""
+    """An async client and the loop it lives on, in the process that made them."""
 
-    __slots__ = ("client", "pid", "portal")
+    __slots__ = ("client", "loop", "pid")
 
-    def __init__(self, portal: LoopThread, client: AsyncSeppClient) -> None:
-        self.portal = portal
+    def __init__(self, loop: CallerLoop, client: AsyncSeppClient) -> None:
+        self.loop = loop
         self.client = client
         self.pid = os.getpid()
 
     @classmethod
     def open(cls, addr: str, options: dict[str, Any]) -> _Connection:
-        portal = LoopThread("sepp-lite-sync")
+        loop = CallerLoop("sepp-lite-sync", _tick_seconds(options))
         try:
-            client = portal.run(AsyncSeppClient.connect(addr, **options))
+            client = loop.run(AsyncSeppClient.connect(addr, **options))
         except BaseException:
-            portal.stop()
+            loop.close(_nothing())
             raise
-        return cls(portal, client)
+        return cls(loop, client)
 
     def close(self) -> None:
-        try:
-            self.portal.run(self.client.close())
-        finally:
-            self.portal.stop()
+        """Close the client and its loop; waits unless called from inside the loop."""
+        self.loop.close(self.client.close())
 
     def release(self) -> None:
         """Close for a client collected unclosed, or still open at exit. A collection
-        can happen on any thread, the loop's own included: there it cannot wait."""
+        can happen on any thread."""
         if self.pid != os.getpid():
             return  # inherited through fork(): the parent's, not ours to close
-        if self.portal.in_loop_thread():
-            self.close_soon()
-            return
         with contextlib.suppress(Exception):
             self.close()
 
-    def close_soon(self) -> None:
-        """Close without waiting."""
-        portal, client = self.portal, self.client
 
-        async def close_and_stop() -> None:
-            try:
-                await client.close()
-            finally:
-                portal.stop_soon()
+async def _nothing() -> None:
+    pass
 
-        try:
-            asyncio.run_coroutine_threadsafe(close_and_stop(), portal.loop)
-        except RuntimeError:
-            pass  # the loop is closed already
+
+def _tick_seconds(options: dict[str, Any]) -> float:
+    """How often the loop runs between calls: twice per keepalive period and timeout,
+    at most every 5 s (``connect`` itself reports invalid durations)."""
+    try:
+        time = as_timedelta(options["keepalive_time"], "keepalive_time").total_seconds()
+        timeout = as_timedelta(options["keepalive_timeout"], "keepalive_timeout").total_seconds()
+    except (TypeError, ValueError):
+        return 5.0
+    return max(0.05, min(5.0, time / 2, timeout / 2))
 
 
 def _check_no_running_loop() -> None:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    raise RuntimeError(_IN_LOOP)
+    if asyncio._get_running_loop() is not None:
+        raise RuntimeError(_IN_LOOP)
 
 
 class SeppClient:
@@ -253,7 +247,7 @@ class SeppClient:
     def enqueue(self, job: EnqueueRequest) -> EnqueueAck:
         """Enqueue one job; see :meth:`sepp_lite.SeppClient.enqueue`."""
         conn = self._connection()
-        return conn.portal.run(conn.client.enqueue(job))
+        return conn.loop.run(conn.client.enqueue(job))
 
     def enqueue_batch(
         self, jobs: Iterable[EnqueueRequest]
@@ -261,12 +255,12 @@ class SeppClient:
         """Enqueue jobs best-effort, one result per job; see
         :meth:`sepp_lite.SeppClient.enqueue_batch`."""
         conn = self._connection()
-        return conn.portal.run(conn.client.enqueue_batch(jobs))
+        return conn.loop.run(conn.client.enqueue_batch(jobs))
 
     def enqueue_atomic(self, jobs: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue all jobs or none; see :meth:`sepp_lite.SeppClient.enqueue_atomic`."""
         conn = self._connection()
-        return conn.portal.run(conn.client.enqueue_atomic(jobs))
+        return conn.loop.run(conn.client.enqueue_atomic(jobs))
 
     # -- consuming --------------------------------------------------------------------
 
@@ -274,12 +268,12 @@ class SeppClient:
         """Long-poll for jobs; see :meth:`sepp_lite.SeppClient.reserve`. Extend a
         job's lease with :meth:`extend` (``ctx.extend`` is a coroutine)."""
         conn = self._connection()
-        return conn.portal.run(conn.client.reserve(opts))
+        return conn.loop.run(conn.client.reserve(opts))
 
     def ack(self, ctx: JobCtx) -> None:
         """Acknowledge a job; see :meth:`sepp_lite.SeppClient.ack`."""
         conn = self._connection()
-        conn.portal.run(conn.client.ack(ctx))
+        conn.loop.run(conn.client.ack(ctx))
 
     def nack(
         self, ctx: JobCtx, retry: RetryDirective = RetryDirective.DEFAULT, reason: str = ""
@@ -287,19 +281,19 @@ class SeppClient:
         """Report a failed job; True when it was dead-lettered. See
         :meth:`sepp_lite.SeppClient.nack`."""
         conn = self._connection()
-        return conn.portal.run(conn.client.nack(ctx, retry, reason))
+        return conn.loop.run(conn.client.nack(ctx, retry, reason))
 
     def extend(self, ctx: JobCtx, extension: Duration) -> datetime:
         """Extend a job's lease; the new expiry. See :meth:`sepp_lite.SeppClient.extend`."""
         conn = self._connection()
-        return conn.portal.run(conn.client.extend(ctx, extension))
+        return conn.loop.run(conn.client.extend(ctx, extension))
 
     # -- the rest ---------------------------------------------------------------------
 
     def get_server_info(self) -> ServerInfo:
         """The server's version and limits; see :meth:`sepp_lite.SeppClient.get_server_info`."""
         conn = self._connection()
-        return conn.portal.run(conn.client.get_server_info())
+        return conn.loop.run(conn.client.get_server_info())
 
     def drain_dead_letters(
         self, queue: str | None = None, max_records: int = 1
@@ -307,4 +301,4 @@ class SeppClient:
         """Remove and return dead letters; see
         :meth:`sepp_lite.SeppClient.drain_dead_letters`."""
         conn = self._connection()
-        return conn.portal.run(conn.client.drain_dead_letters(queue, max_records))
+        return conn.loop.run(conn.client.drain_dead_letters(queue, max_records))

@@ -1,0 +1,196 @@
+"""The loop the blocking client runs in its callers' threads (``_caller_loop``): who
+drives it, how a waiting thread takes it over, the keeper's ticks between calls,
+Ctrl-C, and closing from anywhere."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pytest
+
+from sepp_lite._caller_loop import CallerLoop
+from tests.client_helpers import until_sync
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture
+def portal() -> Iterator[CallerLoop]:
+    loop = CallerLoop("test-caller-loop", tick_s=0.05)
+    yield loop
+    loop.close(asyncio.sleep(0))
+
+
+async def where() -> int:
+    await asyncio.sleep(0)
+    return threading.get_ident()
+
+
+def test_a_call_runs_in_the_calling_thread(portal: CallerLoop) -> None:
+    assert portal.run(where()) == threading.get_ident()
+    with ThreadPoolExecutor(1) as pool:
+        other = pool.submit(lambda: (portal.run(where()), threading.get_ident())).result(10)
+    assert other[0] == other[1]
+
+
+def test_a_waiting_thread_hands_its_call_over_and_takes_the_loop_when_the_driver_leaves(
+    portal: CallerLoop,
+) -> None:
+    first_started = threading.Event()
+    release_first = threading.Event()
+    second_started = threading.Event()
+    release_second = threading.Event()
+
+    async def first() -> int:
+        first_started.set()
+        while not release_first.is_set():  # noqa: ASYNC110 (set by another thread)
+            await asyncio.sleep(0.01)
+        return threading.get_ident()
+
+    async def second() -> tuple[int, int]:
+        started_on = threading.get_ident()
+        second_started.set()
+        while not release_second.is_set():  # noqa: ASYNC110 (set by another thread)
+            await asyncio.sleep(0.01)
+        return started_on, threading.get_ident()
+
+    with ThreadPoolExecutor(2) as pool:
+        a = pool.submit(lambda: (portal.run(first()), threading.get_ident()))
+        assert first_started.wait(10)
+        b = pool.submit(lambda: (portal.run(second()), threading.get_ident()))
+        assert second_started.wait(10)  # the driver (a) runs b's coroutine meanwhile
+        release_first.set()
+        (a_ran_on, a_thread) = a.result(10)
+        release_second.set()
+        ((b_started_on, b_ended_on), b_thread) = b.result(10)
+    assert a_ran_on == a_thread
+    assert b_started_on == a_thread  # handed over to the driver
+    assert b_ended_on == b_thread  # then b drove the loop itself
+
+
+def test_many_threads_at_once_all_finish(portal: CallerLoop) -> None:
+    async def hop(n: int) -> int:
+        for _ in range(5):
+            await asyncio.sleep(0.001)
+        return n
+
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda n: portal.run(hop(n)), range(200), timeout=30))
+    assert results == list(range(200))
+
+
+def test_errors_reach_the_caller(portal: CallerLoop) -> None:
+    async def fail() -> None:
+        raise ValueError("boom")
+
+    with pytest.raises(ValueError, match="boom"):
+        portal.run(fail())
+    assert portal.run(where())  # the loop goes on
+
+
+def test_between_calls_the_keeper_runs_due_timers(portal: CallerLoop) -> None:
+    fired = threading.Event()
+
+    async def arm() -> None:
+        asyncio.get_running_loop().call_later(0.1, fired.set)
+
+    portal.run(arm())
+    assert fired.wait(5)  # nobody called meanwhile: the keeper ran the loop
+    keeper = [t for t in threading.enumerate() if t.name == "test-caller-loop"]
+    assert len(keeper) == 1 and keeper[0].daemon
+
+
+def test_a_call_from_inside_the_loop_raises_instead_of_hanging(portal: CallerLoop) -> None:
+    async def nested() -> None:
+        portal.run(where())
+
+    with pytest.raises(RuntimeError, match="inside the event loop"):
+        portal.run(nested())
+
+
+def test_the_main_threads_sigint_handler_is_restored_after_each_call(portal: CallerLoop) -> None:
+    seen: list[Any] = []
+
+    async def look() -> None:
+        seen.append(signal.getsignal(signal.SIGINT))
+
+    before = signal.getsignal(signal.SIGINT)
+    portal.run(look())
+    assert signal.getsignal(signal.SIGINT) is before
+    if before is signal.default_int_handler:
+        assert seen[0] is not before  # Ctrl-C cancels the call meanwhile
+    else:  # someone else's handler (pytest's, a framework's) is left alone
+        assert seen[0] is before
+
+
+def test_ctrl_c_cancels_the_call_and_raises_keyboard_interrupt(portal: CallerLoop) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        pytest.skip("signals reach the main thread only")
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    cancelled = threading.Event()
+
+    async def long_wait() -> None:
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+
+    # kill(), not raise(): a process-directed signal, which Linux gives the main thread
+    timer = threading.Timer(0.2, lambda: os.kill(os.getpid(), signal.SIGINT))
+    try:
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            portal.run(long_wait())
+        assert time.monotonic() - started < 5
+        assert cancelled.is_set()  # unwound before the interruption reached us
+        assert portal.run(where())  # and the loop goes on
+    finally:
+        timer.cancel()
+        signal.signal(signal.SIGINT, previous)
+
+
+def test_closing_cuts_short_calls_in_flight_and_later_calls_raise() -> None:
+    portal = CallerLoop("test-caller-loop", tick_s=0.05)
+    stop = asyncio.Event  # made on the loop, where 3.9 binds it
+    holder: dict[str, Any] = {}
+
+    async def wait_forever() -> None:
+        holder["event"] = stop()
+        await holder["event"].wait()
+
+    async def final() -> None:
+        holder["event"].set()
+
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(portal.run, wait_forever())
+        until_sync(lambda: "event" in holder)
+        portal.close(final())
+        assert waiting.result(10) is None
+    with pytest.raises(RuntimeError, match="closed"):
+        portal.run(where())
+    assert not any(t.name == "test-caller-loop" for t in threading.enumerate())
+    assert portal.loop.is_closed()
+
+
+def test_closing_from_inside_the_loop_only_starts_it() -> None:
+    portal = CallerLoop("test-caller-loop", tick_s=0.05)
+    closed = threading.Event()
+
+    async def final() -> None:
+        closed.set()
+
+    async def close_here() -> None:
+        portal.close(final())  # as a garbage collection of the client may
+
+    portal.run(close_here())
+    assert closed.wait(10)
+    until_sync(lambda: portal.loop.is_closed())
