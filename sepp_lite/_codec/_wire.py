@@ -47,10 +47,10 @@ def uvarint(value: int) -> bytes:
     return bytes(out)
 
 
-# Every tag's encoding, by tag, for field numbers up to 255 (sepp.v1 stops at 20): an
+# Every tag's encoding, by tag, for field numbers up to 31 (sepp.v1 stops at 18): an
 # index is cheaper than encoding the tag for each field written, and a tuple (immutable)
 # lets PyPy's JIT fold the lookup of a constant tag away.
-_KEYS = tuple([uvarint(tag) for tag in range(256 << 3)])
+_KEYS = tuple([uvarint(tag) for tag in range(32 << 3)])
 
 
 def svarint64(value: int) -> bytes:
