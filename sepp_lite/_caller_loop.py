@@ -94,8 +94,7 @@ class CallerLoop:
                 self._driving = True
                 self._stop_for = call
         if lead:
-            call.task = self.loop.create_task(self._settle(call))
-            self._drive(call)
+            self._drive(call, start=True)
         else:
             self._follow(call)
         if call.error is None:
@@ -114,6 +113,7 @@ class CallerLoop:
             call.coro.close()
             raise RuntimeError("the event loop is closed") from None
         cond = self._cond
+        driving = False
         try:
             with cond:
                 while self._driving and not call.finished:
@@ -122,9 +122,11 @@ class CallerLoop:
                     return
                 if self.loop.is_closed():
                     raise RuntimeError("the event loop was closed before the call ended")
-                self._driving = True
+                self._driving = driving = True
                 self._stop_for = call
         except BaseException:  # Ctrl-C while waiting
+            if driving:
+                self._leave()
             self._cancel_soon(call)
             raise
         self._drive(call)
@@ -168,16 +170,22 @@ class CallerLoop:
 
     # -- driving --------------------------------------------------------------------------
 
-    def _drive(self, call: _Call[Any]) -> None:
-        """Run the loop in this thread until ``call`` is done; this thread drives."""
+    def _drive(self, call: _Call[Any], start: bool = False) -> None:
+        """Run the loop in this thread until ``call`` is done (first making its task,
+        with ``start``); this thread has taken the driving role, and gives it up."""
         loop = self.loop
-        restore = self._catch_ctrl_c(call)
+        restore = None
         try:
+            if start:
+                call.task = loop.create_task(self._settle(call))
+            restore = self._catch_ctrl_c(call)
             while not call.finished:
                 loop.run_forever()
         except BaseException:
             # Raised into this thread from outside the loop (another signal handler's
             # exception): cancel the call; whoever drives next unwinds it.
+            if call.task is None and start:
+                call.coro.close()
             self._cancel(call)
             raise
         finally:
