@@ -233,8 +233,10 @@ def summarize(workload: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str,
 
 
 # PyPy against CPython, both running sepp_lite, measured in steady state: each run
-# leaves its first half out (the JIT compiles during it; a worker runs for hours).
-PYPY_JOBS = {"batch": 51200, "reserve_ack": 20000, "worker": 20000, "small_call": 6000}
+# leaves its first half out (the JIT compiles during it; a worker runs for hours). The
+# Worker's many code paths take the JIT longer: after 10,000 jobs PyPy still spent
+# 140-180 µs per job, after 40,000 about 100-120 (measured 2026-12-02).
+PYPY_JOBS = {"batch": 51200, "reserve_ack": 20000, "worker": 80000, "small_call": 6000}
 
 
 def pypy_comparison(
