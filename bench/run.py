@@ -489,7 +489,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 # RSS after connect, in a process that does nothing else (the workloads' harness
 # imports argparse, json, statistics and uuid, a few MiB that are no client's). With
-# ``None`` for the module: the floor, an interpreter with asyncio (which imports ssl)
+# ``-`` for the module: the floor, an interpreter with asyncio (which imports ssl)
 # and one open TCP connection, which any asyncio client starts from.
 RSS_AFTER_CONNECT = """
 import asyncio, importlib, sys

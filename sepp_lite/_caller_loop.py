@@ -237,21 +237,24 @@ class CallerLoop:
 
     # -- closing --------------------------------------------------------------------------
 
-    def close(self, final: Coroutine[Any, Any, Any]) -> None:
-        """Run ``final`` (the client's close) on the loop, then close the loop and
-        stop the keeper; idempotent. Later calls raise ``RuntimeError``. Waits for
-        the end unless called from inside the loop or from the keeper (as a garbage
-        collection may), where it only starts it."""
+    def close(self, final: Optional[Coroutine[Any, Any, Any]] = None) -> None:
+        """Run ``final`` (the client's close), if given, on the loop, then close the
+        loop and stop the keeper; idempotent. Later calls raise ``RuntimeError``.
+        Waits for the end unless called from inside the loop or from the keeper (as a
+        garbage collection may), where it only starts it."""
+        call = None if final is None else _Call(final)
         with self._cond:
             if self._closing:
-                final.close()
+                if final is not None:
+                    final.close()
                 return
             self._closing = True
-            self._final = call = _Call(final)
-        try:
-            self.loop.call_soon_threadsafe(self._start, call)  # cuts short calls in flight
-        except RuntimeError:
-            final.close()
+            self._final = call
+        if call is not None:
+            try:  # started now, it cuts short the calls in flight
+                self.loop.call_soon_threadsafe(self._start, call)
+            except RuntimeError:
+                call.coro.close()
         self._stopping.set()
         if not self.drives_here() and threading.current_thread() is not self._keeper:
             self._keeper.join(_CLOSE_TIMEOUT_S)

@@ -86,7 +86,7 @@ class _Connection:
         try:
             client = loop.run(AsyncSeppClient.connect(addr, **options))
         except BaseException:
-            loop.close(_nothing())
+            loop.close()
             raise
         return cls(loop, client)
 
@@ -101,10 +101,6 @@ class _Connection:
             return  # inherited through fork(): the parent's, not ours to close
         with contextlib.suppress(Exception):
             self.close()
-
-
-async def _nothing() -> None:
-    pass
 
 
 def _tick_seconds(options: dict[str, Any]) -> float:

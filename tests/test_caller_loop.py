@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(60)
 def portal() -> Iterator[CallerLoop]:
     loop = CallerLoop("test-caller-loop", tick_s=0.05)
     yield loop
-    loop.close(asyncio.sleep(0))
+    loop.close()
 
 
 async def where() -> int:
