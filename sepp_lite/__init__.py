@@ -6,6 +6,9 @@ The API is sepp-py 0.1.0's, so code written for the official client runs after
 
 from __future__ import annotations
 
+import importlib
+import typing
+
 from sepp_lite._version import __version__
 from sepp_lite.client import SeppClient
 from sepp_lite.errors import (
@@ -14,46 +17,28 @@ from sepp_lite.errors import (
     BatchValidationError,
     ClientError,
     ConnectError,
-    CustomEntriesTooMany,
-    CustomKeyTooLong,
-    CustomMapTooLarge,
     DecodeError,
     EmptyBatchError,
-    EncodingNotAllowed,
-    IdempotencyKeyTooLong,
     InvalidApiKeyError,
-    InvalidRequest,
     InvalidRequestError,
     JobConversionError,
     JobNotFoundError,
     JobRejectedError,
-    JobRejection,
-    JobTypeNameTooLong,
-    JobTypeNotAllowed,
-    JobValidationError,
     LeaseError,
     MalformedJobError,
     MalformedResponseError,
     MalformedServerInfoError,
     OverloadedError,
-    PayloadTooLarge,
-    QueueClosing,
-    QueueFull,
-    QueueNameTooLong,
     ReserveError,
     ResponseTooLargeError,
-    ScheduledTooFar,
     SeppError,
     ServerInfoError,
     ServerInternalError,
     TransportError,
     UnauthenticatedError,
     UnexpectedStatusError,
-    UnknownQueue,
     UnknownQueuesError,
-    UnknownRejection,
 )
-from sepp_lite.shutdown import ShutdownHandle, shutdown_on_signals
 from sepp_lite.types import (
     DeadLetterCause,
     DeadLetterRecord,
@@ -72,7 +57,12 @@ from sepp_lite.types import (
     TraceContext,
     TraceContextError,
 )
-from sepp_lite.worker import DuplicateHandlerError, HandlerError, Worker
+
+if typing.TYPE_CHECKING:
+    # What _LAZY below loads on first use, for type checkers.
+    from sepp_lite.errors import *  # noqa: F403
+    from sepp_lite.shutdown import ShutdownHandle, shutdown_on_signals
+    from sepp_lite.worker import DuplicateHandlerError, HandlerError, Worker
 
 __all__ = [
     "AttemptMismatchError",
@@ -142,3 +132,21 @@ __all__ = [
     "__version__",
     "shutdown_on_signals",
 ]
+
+# Loaded on first use, so ``import sepp_lite`` does not pay for what only some programs
+# need: the Worker, and the rejection values (sepp_lite/_rejections.py says why).
+_LAZY = dict.fromkeys(("DuplicateHandlerError", "HandlerError", "Worker"), "sepp_lite.worker")
+_LAZY.update(dict.fromkeys(("ShutdownHandle", "shutdown_on_signals"), "sepp_lite.shutdown"))
+_LAZY.update(dict.fromkeys(set(__all__) - set(globals()) - set(_LAZY), "sepp_lite.errors"))
+
+
+def __getattr__(name: str) -> typing.Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -12,8 +12,7 @@ import asyncio
 import contextlib
 import ssl
 import sys
-from dataclasses import dataclass
-from typing import Optional, Protocol
+from typing import NamedTuple, Optional, Protocol
 
 from sepp_lite import _otel
 from sepp_lite._http2 import (
@@ -38,8 +37,7 @@ SERVICE_PREFIX = "/sepp.v1.QueueService/"
 USER_AGENT = f"sepp-lite/{__version__}"
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """Where to connect: ``host:port``, or a unix socket ``path``; ``tls`` when the
     address said ``https://``."""
 

@@ -314,7 +314,7 @@ class SeppClient:
         """Enqueue one job; raise :class:`~sepp_lite.errors.JobRejectedError` when the
         server refuses it, or would (otherwise as :meth:`enqueue_batch`)."""
         result = (await self.enqueue_batch([job]))[0]
-        if isinstance(result, errors.JobRejection):
+        if not isinstance(result, EnqueueAck):
             raise errors.JobRejectedError(result)
         return result
 

@@ -11,6 +11,7 @@ import re
 import pytest
 from google.protobuf import descriptor_pb2, duration_pb2, timestamp_pb2
 
+from sepp_lite import errors
 from sepp_lite._codec import schema
 from sepp_lite._codec._wire import key, uvarint
 from sepp_lite._codec.dead_letters import DeadLetterMessage, DrainIn
@@ -170,15 +171,17 @@ def test_oneof_members_mean_what_they_name(compiled: descriptor_pb2.FileDescript
         assert {members[_tag(f)] for f in oneofs[name]} == {f.name for f in oneofs[name]}
     # Each rejection member carries the message of the same name as the error class.
     for field in oneofs["JOB_REJECTION_REASON"]:
-        cls = schema.JOB_REJECTION_REASON_MEMBERS[_tag(field)]
-        assert cls.__name__ == field.type_name.rsplit(".", 1)[-1]
+        name = schema.JOB_REJECTION_REASON_MEMBERS[_tag(field)]
+        assert name == field.type_name.rsplit(".", 1)[-1]
+        assert getattr(errors, name).__name__ == name
 
 
 def test_rejection_members_line_up_with_their_dataclasses(
     compiled: descriptor_pb2.FileDescriptorProto,
 ) -> None:
     by_name = {m.name: m for m in compiled.message_type}
-    assert set(MEMBER_FIELDS) == set(schema.JOB_REJECTION_REASON_MEMBERS.values())
+    names = set(schema.JOB_REJECTION_REASON_MEMBERS.values())
+    assert {cls.__name__ for cls in MEMBER_FIELDS} == names
     for cls, spec in MEMBER_FIELDS.items():
         message = by_name[cls.__name__]
         assert [tag for tag, _ in spec] == [_tag(f) for f in message.field], cls.__name__

@@ -66,3 +66,44 @@ async def test_the_command_a_worker_process_and_the_sync_client_load_none_of_the
         loaded = set((await asyncio_run(sys.executable, "-c", _CLI_SCRIPT, server.addr)).split(","))
     assert "sepp_lite" in loaded and "hpack" in loaded
     assert not loaded & set(HEAVY), loaded & set(HEAVY)
+
+
+_LAZY_SCRIPT = """
+import sys
+import sepp_lite
+lazy = ("sepp_lite._rejections", "sepp_lite._codec.rejections", "sepp_lite.worker",
+        "sepp_lite.shutdown")
+print(",".join(name for name in lazy if name in sys.modules))
+from sepp_lite import *
+from sepp_lite.errors import *
+from sepp_lite import errors
+missing = [n for n in sepp_lite.__all__ + errors.__all__ if n not in globals()]
+assert not missing, missing
+assert set(sepp_lite.__all__) <= set(dir(sepp_lite)) and set(errors.__all__) <= set(dir(errors))
+assert sepp_lite.UnknownQueue is errors.UnknownQueue is UnknownQueue
+assert isinstance(QueueFull("q", 3), errors.JobRejection)
+assert sepp_lite.Worker.__module__ == "sepp_lite.worker"
+for module, name in ((sepp_lite, "NoSuchThing"), (errors, "NoSuchError")):
+    try:
+        getattr(module, name)
+    except AttributeError as error:
+        assert name in str(error)
+    else:
+        raise AssertionError(name)
+print(",".join(name for name in lazy if name in sys.modules))
+"""
+
+
+def test_the_worker_and_the_rejection_values_load_on_first_use() -> None:
+    # Their dataclasses are most of what `import sepp_lite` cost (see _rejections.py).
+    out = subprocess.run(
+        [sys.executable, "-c", _LAZY_SCRIPT], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    at_import, after_use = out.stdout.split("\n")[:2]
+    assert at_import == ""
+    assert after_use.split(",") == [
+        "sepp_lite._rejections",
+        "sepp_lite.worker",
+        "sepp_lite.shutdown",
+    ]

@@ -24,7 +24,6 @@ from sepp_lite._codec._wire import (
     read_text,
     read_uint32,
 )
-from sepp_lite._codec.rejections import read_job_rejection, write_job_rejection
 from sepp_lite._codec.schema import (
     BATCH_VALIDATION_FAILURE_ERRORS,
     ENQUEUE_ATOMIC_RESPONSE_OUTCOME_MEMBERS,
@@ -225,7 +224,7 @@ def decode_enqueue_batch_request(data: bytes) -> list[EnqueueIn]:
 # ---------------------------------------------------------------------------------------
 # EnqueueBatchResponse and EnqueueAtomicResponse: written by the in-process server
 
-EnqueueOutcome = Union[tuple[str, bool], errors.JobRejection]
+EnqueueOutcome = Union[tuple[str, bool], "errors.JobRejection"]
 """``(job_id, deduplicated)`` for an accepted job, else its rejection."""
 
 
@@ -235,10 +234,24 @@ def write_enqueue_response(job_id: str, deduplicated: bool) -> bytes:
     )
 
 
+# The rejection codec and the JobRejection classes it builds load when a rejection is
+# first met, not with the client (sepp_lite/_rejections.py says why).
+def _read_rejection(data: bytes, pos: int, stop: int) -> errors.JobRejection:
+    from sepp_lite._codec.rejections import read_job_rejection
+
+    return read_job_rejection(data, pos, stop)
+
+
+def _write_rejection(rejection: errors.JobRejection) -> bytes:
+    from sepp_lite._codec.rejections import write_job_rejection
+
+    return write_job_rejection(rejection)
+
+
 def _write_job_result(result: EnqueueOutcome) -> bytes:
     if isinstance(result, tuple):
         return field_bytes(JOB_RESULT_SUCCESS, write_enqueue_response(*result))
-    return field_bytes(JOB_RESULT_REJECTION, write_job_rejection(result))
+    return field_bytes(JOB_RESULT_REJECTION, _write_rejection(result))
 
 
 def encode_enqueue_batch_response(results: Iterable[EnqueueOutcome]) -> bytes:
@@ -250,7 +263,7 @@ def encode_enqueue_batch_response(results: Iterable[EnqueueOutcome]) -> bytes:
 
 def _write_validation_error(index: int, rejection: errors.JobRejection) -> bytes:
     head = field_uint(JOB_VALIDATION_ERROR_INDEX, index) if index else b""
-    return head + field_bytes(JOB_VALIDATION_ERROR_REJECTION, write_job_rejection(rejection))
+    return head + field_bytes(JOB_VALIDATION_ERROR_REJECTION, _write_rejection(rejection))
 
 
 def encode_enqueue_atomic_response(
@@ -289,7 +302,7 @@ def read_enqueue_response(data: bytes, pos: int, stop: int) -> EnqueueAck:
     return EnqueueAck(job_id, deduplicated)
 
 
-BatchOutcome = Union[EnqueueAck, errors.JobRejection, None]
+BatchOutcome = Union[EnqueueAck, "errors.JobRejection", None]
 
 
 def _read_job_result(data: bytes, pos: int, stop: int) -> BatchOutcome:
@@ -298,7 +311,7 @@ def _read_job_result(data: bytes, pos: int, stop: int) -> BatchOutcome:
         if field == JOB_RESULT_SUCCESS:
             outcome = read_enqueue_response(data, start, end)
         elif field == JOB_RESULT_REJECTION:
-            outcome = read_job_rejection(data, start, end)
+            outcome = _read_rejection(data, start, end)
     return outcome
 
 
@@ -318,7 +331,7 @@ def _read_validation_error(data: bytes, pos: int, stop: int) -> errors.JobValida
         if field == JOB_VALIDATION_ERROR_INDEX:
             index = a & _U32
         elif field == JOB_VALIDATION_ERROR_REJECTION:
-            rejection = read_job_rejection(data, a, b)
+            rejection = _read_rejection(data, a, b)
     return errors.JobValidationError(index, rejection)
 
 

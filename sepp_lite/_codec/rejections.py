@@ -164,6 +164,11 @@ MEMBER_FIELDS: dict[type[errors.JobRejection], tuple[tuple[int, _Kind], ...]] = 
 }
 """Each member's fields as ``(tag, kind)``, in the order of its dataclass's fields."""
 
+_CLASSES: dict[int, type[errors.JobRejection]] = {
+    member: getattr(errors, name) for member, name in JOB_REJECTION_REASON_MEMBERS.items()
+}
+_TAGS = {getattr(errors, name): member for name, member in JOB_REJECTION_REASON_TAGS.items()}
+
 # Every member class is a dataclass (JobRejection, their base, is not).
 _ATTRIBUTES = {cls: [f.name for f in dataclasses.fields(cast(Any, cls))] for cls in MEMBER_FIELDS}
 
@@ -184,7 +189,7 @@ def read_job_rejection(data: bytes, pos: int, stop: int) -> errors.JobRejection:
     """A JobRejection; the last known oneof member wins, none gives UnknownRejection."""
     result: errors.JobRejection = errors.UnknownRejection()
     for field, start, end in read_fields(data, pos, stop):
-        cls = JOB_REJECTION_REASON_MEMBERS.get(field)
+        cls = _CLASSES.get(field)
         if cls is not None:
             result = _read_member(cls, data, start, end)
     return result
@@ -203,7 +208,7 @@ def write_job_rejection(rejection: errors.JobRejection) -> bytes:
     """A JobRejection body: the member the value's class stands for (nothing for
     :class:`~sepp_lite.errors.UnknownRejection`)."""
     for cls in type(rejection).__mro__:
-        member = JOB_REJECTION_REASON_TAGS.get(cls)
+        member = _TAGS.get(cls)
         if member is not None:
             return field_bytes(member, _write_member(rejection, cls))
     return b""

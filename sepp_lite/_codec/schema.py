@@ -14,7 +14,6 @@ literal would, where a class attribute (``Job.ID``) would cost a lookup per comp
 
 from __future__ import annotations
 
-from sepp_lite import errors
 from sepp_lite.types import DeadLetterCause
 
 # Wire types.
@@ -210,23 +209,25 @@ GET_SERVER_INFO_RESPONSE_DEAD_LETTER_RETENTION_ENABLED = tag(20, VARINT)
 # PrimitiveValue.value and JobResult.outcome have no table: each of their members has its
 # own reader and writer, which name the member tags one by one.
 
-JOB_REJECTION_REASON_MEMBERS: dict[int, type[errors.JobRejection]] = {
-    JOB_REJECTION_UNKNOWN_QUEUE: errors.UnknownQueue,
-    JOB_REJECTION_PAYLOAD_TOO_LARGE: errors.PayloadTooLarge,
-    JOB_REJECTION_ENCODING_NOT_ALLOWED: errors.EncodingNotAllowed,
-    JOB_REJECTION_JOB_TYPE_NOT_ALLOWED: errors.JobTypeNotAllowed,
-    JOB_REJECTION_CUSTOM_ENTRIES_TOO_MANY: errors.CustomEntriesTooMany,
-    JOB_REJECTION_CUSTOM_MAP_TOO_LARGE: errors.CustomMapTooLarge,
-    JOB_REJECTION_CUSTOM_KEY_TOO_LONG: errors.CustomKeyTooLong,
-    JOB_REJECTION_QUEUE_NAME_TOO_LONG: errors.QueueNameTooLong,
-    JOB_REJECTION_JOB_TYPE_NAME_TOO_LONG: errors.JobTypeNameTooLong,
-    JOB_REJECTION_IDEMPOTENCY_KEY_TOO_LONG: errors.IdempotencyKeyTooLong,
-    JOB_REJECTION_SCHEDULED_TOO_FAR: errors.ScheduledTooFar,
-    JOB_REJECTION_INVALID_REQUEST: errors.InvalidRequest,
-    JOB_REJECTION_QUEUE_FULL: errors.QueueFull,
-    JOB_REJECTION_QUEUE_CLOSING: errors.QueueClosing,
+# JobRejection.reason by the name of the sepp_lite.errors class each member stands for
+# (names, not classes: the classes load on first use, see sepp_lite/_rejections.py).
+JOB_REJECTION_REASON_MEMBERS: dict[int, str] = {
+    JOB_REJECTION_UNKNOWN_QUEUE: "UnknownQueue",
+    JOB_REJECTION_PAYLOAD_TOO_LARGE: "PayloadTooLarge",
+    JOB_REJECTION_ENCODING_NOT_ALLOWED: "EncodingNotAllowed",
+    JOB_REJECTION_JOB_TYPE_NOT_ALLOWED: "JobTypeNotAllowed",
+    JOB_REJECTION_CUSTOM_ENTRIES_TOO_MANY: "CustomEntriesTooMany",
+    JOB_REJECTION_CUSTOM_MAP_TOO_LARGE: "CustomMapTooLarge",
+    JOB_REJECTION_CUSTOM_KEY_TOO_LONG: "CustomKeyTooLong",
+    JOB_REJECTION_QUEUE_NAME_TOO_LONG: "QueueNameTooLong",
+    JOB_REJECTION_JOB_TYPE_NAME_TOO_LONG: "JobTypeNameTooLong",
+    JOB_REJECTION_IDEMPOTENCY_KEY_TOO_LONG: "IdempotencyKeyTooLong",
+    JOB_REJECTION_SCHEDULED_TOO_FAR: "ScheduledTooFar",
+    JOB_REJECTION_INVALID_REQUEST: "InvalidRequest",
+    JOB_REJECTION_QUEUE_FULL: "QueueFull",
+    JOB_REJECTION_QUEUE_CLOSING: "QueueClosing",
 }
-JOB_REJECTION_REASON_TAGS = {cls: member for member, cls in JOB_REJECTION_REASON_MEMBERS.items()}
+JOB_REJECTION_REASON_TAGS = {name: member for member, name in JOB_REJECTION_REASON_MEMBERS.items()}
 
 # NackRetry.strategy by the names the in-process server records (a RetryDirective of kind
 # "after" is the delay member).

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Http2Config:
+class Http2Config(NamedTuple):
     """What our side of the connection advertises and tolerates."""
 
     # Our SETTINGS_INITIAL_WINDOW_SIZE: how much a response may send before we open
