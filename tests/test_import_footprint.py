@@ -82,6 +82,8 @@ assert not missing, missing
 assert set(sepp_lite.__all__) <= set(dir(sepp_lite)) and set(errors.__all__) <= set(dir(errors))
 assert sepp_lite.UnknownQueue is errors.UnknownQueue is UnknownQueue
 assert isinstance(QueueFull("q", 3), errors.JobRejection)
+import pickle
+assert pickle.loads(pickle.dumps(QueueFull("q", 3))) == QueueFull("q", 3)
 assert sepp_lite.Worker.__module__ == "sepp_lite.worker"
 for module, name in ((sepp_lite, "NoSuchThing"), (errors, "NoSuchError")):
     try:
