@@ -32,11 +32,12 @@
     └── DuplicateHandlerError          (worker)
 
 Per-job refusals are values, not exceptions: :class:`JobRejection` and its variants come
-back inside ``enqueue_batch`` results. ``HandlerError`` (worker) is deliberately not a
-``SeppError``. Every :class:`ClientError` carries ``code`` (a :class:`Status`: the gRPC
-status, or the status a connection-level failure stands for) and ``ambiguous`` (the
-request may have been applied even though the call failed), which is what the retry
-policy decides on.
+back inside ``enqueue_batch`` results (they are defined in ``sepp_lite._rejections``,
+which this module imports on the first use of one of their names). ``HandlerError``
+(worker) is deliberately not a ``SeppError``. Every :class:`ClientError` carries
+``code`` (a :class:`Status`: the gRPC status, or the status a connection-level failure
+stands for) and ``ambiguous`` (the request may have been applied even though the call
+failed), which is what the retry policy decides on.
 """
 
 from __future__ import annotations
