@@ -2,7 +2,7 @@
 :class:`JobValidationError` (one refused job of an atomic batch).
 
 They are public as ``sepp_lite.errors.*``; ``errors`` imports this module on the first
-use of one of its names. Their 17 frozen dataclasses were about a quarter of the time
+use of one of its names. Their 16 frozen dataclasses were about a quarter of the time
 ``import sepp_lite`` adds to asyncio's (``dataclass()`` compiles six methods for each),
 and a producer whose jobs are all accepted, or a worker, never needs them.
 """
