@@ -91,10 +91,11 @@ class DuplicateHandlerError(SeppError):
 class _Run:
     """One delivery being processed: the flags that decide whether it may be settled."""
 
-    __slots__ = ("abandoned", "job", "lease_lost", "settling", "stopped", "task")
+    __slots__ = ("abandoned", "job", "lease_lost", "owner", "settling", "stopped", "task")
 
-    def __init__(self, job: Job) -> None:
+    def __init__(self, job: Job, owner: TaskSet) -> None:
         self.job = job
+        self.owner = owner  # the TaskSet that runs the job's task
         self.task: asyncio.Task[None] | None = None
         self.lease_lost = False
         self.abandoned = False
@@ -106,7 +107,7 @@ class _Run:
         cancellation (the run flagged abandoned or its lease lost first) into
         ``_STOPPED``."""
         if self.task is not None:
-            self.task.cancel()
+            self.owner.stop(self.task)
 
 
 _STOPPED = object()  # the verdict of a run whose lease was lost or that was abandoned
@@ -415,7 +416,7 @@ class Worker:
         return await self._client.reserve(opts)
 
     def _start(self, job: Job, permits: asyncio.Semaphore, jobs: TaskSet) -> None:
-        run = _Run(job)
+        run = _Run(job, jobs)
         self._active.add(run)
         self._in_flight += 1
         self._metrics.job_started(job.ctx)
@@ -653,7 +654,7 @@ class _LeaseKeeper:
         if self._timer is not None:
             self._timer.cancel()
         if self._extending is not None:
-            self._extending.cancel()
+            self._worker._extensions.stop(self._extending)
 
     async def _extend(self) -> None:
         run, lease, worker = self._run, self._lease, self._worker
