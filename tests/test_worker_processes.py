@@ -13,6 +13,7 @@ import contextlib
 import os
 import re
 import signal
+import subprocess
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any, Callable, Optional
 import pytest
 
 import sepp_lite as sepp
+from sepp_lite import _supervisor
 from sepp_lite._supervisor import available_cpus, cgroup_cpu_quota, process_count
 from sepp_lite.cli import main
 from sepp_lite.testing import SeppTestServer
@@ -509,3 +511,25 @@ def test_usage_errors(option: list[str], says: str, capsys: pytest.CaptureFixtur
     assert main(["worker", "tasks:make_worker", *option]) == 2
     err = capsys.readouterr().err
     assert says in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("on_pypy", [True, False])
+def test_children_on_pypy_get_a_larger_gc_nursery_unless_one_is_set(
+    monkeypatch: pytest.MonkeyPatch, on_pypy: bool
+) -> None:
+    assert _supervisor._PYPY == (sys.implementation.name == "pypy")
+    monkeypatch.setattr(_supervisor, "_PYPY", on_pypy)
+    monkeypatch.delenv("PYPY_GC_NURSERY", raising=False)
+    env = _supervisor.Supervisor(["worker", "app:worker"], 1)._child_env()
+    assert env.get("PYPY_GC_NURSERY") == ("4MB" if on_pypy else None)
+    monkeypatch.setenv("PYPY_GC_NURSERY", "16MB")
+    env = _supervisor.Supervisor(["worker", "app:worker"], 1)._child_env()
+    assert env["PYPY_GC_NURSERY"] == "16MB"
+
+
+@pytest.mark.skipif(sys.implementation.name != "pypy", reason="PyPy's own GC setting")
+def test_pypy_takes_the_nursery_size_the_children_get() -> None:
+    env = {**os.environ, "PYPY_GC_NURSERY": _supervisor.PYPY_NURSERY}
+    code = "import gc; print(gc.get_stats().nursery_size)"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert out.stdout.strip() == "4.0MB", out
