@@ -464,7 +464,7 @@ def _pypy_rows(report: dict[str, Any]) -> list[str]:
         "",
         f"Goal: PyPy Worker CPU per job ≤ {PYPY_WORKER_GOAL}× sepp-py's on CPython (warmed up). "
         f"The nursery columns run PyPy with `PYPY_GC_NURSERY={PYPY_NURSERY}` (README.md, "
-        "'On PyPy'); the others with PyPy's default.",
+        "section 'PyPy'); the others with PyPy's default.",
     ]
     return lines
 
