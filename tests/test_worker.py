@@ -400,7 +400,9 @@ async def test_shutdown_waits_for_slow_handlers(
         finished += 1
 
     task = asyncio.ensure_future(worker.run())
-    await until(lambda: server.counts(queue).in_flight == 2)
+    # The worker's own count: the server counts a job in flight as soon as it leases
+    # it, before its answer reaches the worker (a shutdown then cancels that reserve).
+    await until(lambda: worker.in_flight == 2)
     worker.shutdown_handle().shutdown()
     assert worker.shutdown_handle().is_shutdown
     await asyncio.wait_for(task, 5)
@@ -430,7 +432,7 @@ async def test_bounded_shutdown_cancels_and_leaves_jobs_to_redelivery(
         await asyncio.sleep(0.1)
 
     task = asyncio.ensure_future(worker.run())
-    await until(lambda: server.counts(queue).in_flight == 3)
+    await until(lambda: worker.in_flight == 3)
     loop = asyncio.get_running_loop()
     begun = loop.time()
     worker.shutdown_handle().shutdown()
