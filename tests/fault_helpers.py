@@ -484,7 +484,7 @@ class RawH2Server:
 
     def _event(self, conn: _Conn, event: h2.events.Event) -> None:
         if isinstance(event, h2.events.RequestReceived):
-            headers = [(_text(k), _text(v)) for k, v in event.headers or ()]
+            headers = [(as_text(k), as_text(v)) for k, v in event.headers or ()]
             path = dict(headers).get(":path", "")
             conn.requests[event.stream_id] = RawRequest(path, headers)  # type: ignore[arg-type]
         elif isinstance(event, h2.events.DataReceived):
@@ -504,7 +504,8 @@ class RawH2Server:
                 task.add_done_callback(self._tasks.discard)
 
 
-def _text(value: Union[bytes, str]) -> str:
+def as_text(value: Union[bytes, str]) -> str:
+    """A header name or value as text (h2 hands them over as bytes or str)."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
 
 

@@ -32,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
-import functools
 import gc
 import inspect
 import ssl
@@ -42,10 +41,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional, Union
 
 import hpack
-import trustme
 
 from tests.client_helpers import SilentServer, default_reply
-from tests.fault_helpers import abort_with_reset
+from tests.fault_helpers import abort_with_reset, as_text
+from tests.pki import ca_pem as pki_ca_pem
+from tests.pki import server_context
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 MAX_WINDOW = 2**31 - 1
@@ -497,10 +497,6 @@ def hpack_entries(block: bytes) -> list[tuple[str, int, int]]:
     return out
 
 
-def _text(value: Union[bytes, str]) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
-
-
 # ---------------------------------------------------------------------------------------
 # One connection
 
@@ -724,7 +720,7 @@ class PeerConnection(asyncio.Protocol):
             self.violations.append(f"header block of stream {stream_id} does not decode: {exc}")
             return None
         fields = [
-            Field(_text(t[0]), _text(t[1]), isinstance(t, hpack.NeverIndexedHeaderTuple))
+            Field(as_text(t[0]), as_text(t[1]), isinstance(t, hpack.NeverIndexedHeaderTuple))
             for t in decoded
         ]
         limit = self._limits.get(Setting.MAX_HEADER_LIST_SIZE)
@@ -1320,22 +1316,16 @@ def http1_peer() -> SilentServer:
     return SilentServer(reply=HTTP1_400)
 
 
-@functools.cache
-def _pki() -> tuple[trustme.CA, trustme.LeafCert]:
-    ca = trustme.CA()
-    return ca, ca.issue_cert("localhost", "127.0.0.1")
+PEER_HOSTS = ("localhost", "127.0.0.1")
 
 
 def tls_context() -> ssl.SSLContext:
     """A server context with a trustme certificate for localhost and ALPN h2."""
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    _pki()[1].configure_cert(context)
-    context.set_alpn_protocols(["h2"])
-    return context
+    return server_context("h2 peer", PEER_HOSTS)
 
 
 def ca_pem() -> bytes:
-    return _pki()[0].cert_pem.bytes()
+    return pki_ca_pem("h2 peer", PEER_HOSTS)
 
 
 # A fatal decode_error alert, which rustls (tonic) sends when the first bytes are not

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
 import socket
 import ssl
@@ -13,7 +12,6 @@ from collections.abc import Awaitable, Iterator
 from typing import Callable
 
 import pytest
-import trustme
 from grpclib.client import Channel
 
 from sepp_lite import (
@@ -43,6 +41,7 @@ from tests.client_helpers import (
     text_job,
     unique_queue,
 )
+from tests.pki import ca_pem, server_context, server_pem
 
 KEY = "k1-SECRET-4f2a"
 
@@ -443,33 +442,15 @@ async def test_api_key_not_logged_when_client_encodes_headers(
 # -- TLS -----------------------------------------------------------------------------
 
 
-@functools.cache
-def _pki() -> tuple[trustme.CA, trustme.LeafCert]:
-    ca = trustme.CA()
-    return ca, ca.issue_cert("localhost")
-
-
-def tls_server_config() -> dict[str, object]:
-    _, cert = _pki()
-    return {
-        "tls_cert": b"".join(pem.bytes() for pem in cert.cert_chain_pems),
-        "tls_key": cert.private_key_pem.bytes(),
-    }
-
-
-def ca_pem() -> bytes:
-    return _pki()[0].cert_pem.bytes()
-
-
 async def test_tls_with_custom_ca() -> None:
-    async with sepp_server(**tls_server_config()) as server:
+    async with sepp_server(**server_pem()) as server:
         async with connected(f"localhost:{server.port}", tls_ca_cert=ca_pem()) as client:
             assert "tls=True" in repr(client)
             assert (await client.get_server_info()).version == "0.1.0"
 
 
 async def test_https_scheme_turns_tls_on() -> None:
-    async with sepp_server(**tls_server_config()) as server:
+    async with sepp_server(**server_pem()) as server:
         async with connected(f"https://localhost:{server.port}", tls_ca_cert=ca_pem()) as client:
             await client.enqueue(job(unique_queue()))
             assert "tls=True" in repr(client)
@@ -480,7 +461,7 @@ async def test_https_scheme_turns_tls_on() -> None:
 
 
 async def test_tls_domain_override_when_connecting_by_ip() -> None:
-    async with sepp_server(**tls_server_config()) as server:
+    async with sepp_server(**server_pem()) as server:
         async with connected(
             f"127.0.0.1:{server.port}", tls_ca_cert=ca_pem(), tls_domain="localhost"
         ) as client:
@@ -488,14 +469,14 @@ async def test_tls_domain_override_when_connecting_by_ip() -> None:
 
 
 async def test_tls_by_ip_without_override_fails_verification() -> None:
-    async with sepp_server(**tls_server_config()) as server:
+    async with sepp_server(**server_pem()) as server:
         with pytest.raises(ConnectError) as info:
             await SeppClient.connect(f"127.0.0.1:{server.port}", tls_ca_cert=ca_pem())
     assert "certificate verification failed" in info.value.reason
 
 
 async def test_tls_wrong_host_name_fails() -> None:
-    async with sepp_server(**tls_server_config()) as server:
+    async with sepp_server(**server_pem()) as server:
         with pytest.raises(ConnectError) as info:
             await SeppClient.connect(
                 f"127.0.0.1:{server.port}", tls_ca_cert=ca_pem(), tls_domain="wrong.example"
@@ -506,7 +487,7 @@ async def test_tls_wrong_host_name_fails() -> None:
 
 @pytest.mark.parametrize("how", ["https", "tls=True"])
 async def test_tls_with_system_roots_rejects_private_ca(how: str) -> None:
-    async with sepp_server(**tls_server_config()) as server:
+    async with sepp_server(**server_pem()) as server:
         if how == "https":
             attempt = SeppClient.connect(f"https://localhost:{server.port}")
         else:
@@ -535,7 +516,7 @@ async def test_tls_options_turn_tls_on(options: dict[str, object]) -> None:
 
 async def test_tls_with_own_ssl_context() -> None:
     context = ssl.create_default_context(cadata=ca_pem().decode())
-    async with sepp_server(**tls_server_config(), api_keys=[KEY]) as server:
+    async with sepp_server(**server_pem(), api_keys=[KEY]) as server:
         async with connected(
             f"localhost:{server.port}", credentials=context, api_key=KEY
         ) as client:
@@ -547,9 +528,7 @@ async def offered_alpn(**connect: object) -> object:
     """What a TLS server (ALPN h2) agreed with the client in the handshake: "h2" when
     the client offered it, None when it offered nothing."""
     chosen: list[object] = []
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.set_alpn_protocols(["h2"])
-    _pki()[1].configure_cert(context)
+    context = server_context()
 
     async def handshake(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         chosen.append(writer.get_extra_info("ssl_object").selected_alpn_protocol())
@@ -575,7 +554,7 @@ async def test_every_tls_connect_offers_alpn_h2() -> None:
 
 async def test_no_key_warning_with_tls(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="sepp_lite")
-    async with sepp_server(**tls_server_config(), api_keys=[KEY]) as server:
+    async with sepp_server(**server_pem(), api_keys=[KEY]) as server:
         async with connected(
             f"localhost:{server.port}", tls_ca_cert=ca_pem(), api_key=KEY
         ) as client:

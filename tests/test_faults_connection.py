@@ -11,14 +11,12 @@ these; this module adds the GOAWAY, every RPC, time bounds, and mid-session TLS.
 from __future__ import annotations
 
 import asyncio
-import functools
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, Callable
 
 import pytest
-import trustme
 
 import sepp_lite as sepp
 from sepp_lite import ConnectError, SeppClient, TransportError
@@ -55,6 +53,7 @@ from tests.fault_helpers import (
     RestartableServer,
     grpc_ok,
 )
+from tests.pki import ca_pem, server_pem
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -225,21 +224,6 @@ async def test_a_name_that_does_not_resolve_fails_fast_and_says_so(
 # -- TLS -------------------------------------------------------------------------------
 
 
-@functools.cache
-def pki(name: str) -> tuple[trustme.CA, dict[str, bytes]]:
-    ca = trustme.CA()
-    cert = ca.issue_cert("localhost")
-    pem = {
-        "tls_cert": b"".join(blob.bytes() for blob in cert.cert_chain_pems),
-        "tls_key": cert.private_key_pem.bytes(),
-    }
-    return ca, pem
-
-
-def ca_pem(name: str) -> bytes:
-    return pki(name)[0].cert_pem.bytes()
-
-
 @pytest.mark.parametrize(
     ("options", "reason"),
     [
@@ -254,7 +238,7 @@ async def test_tls_handshake_failures_are_fast_and_specific(
 ) -> None:
     if "tls_ca_cert" in options:
         options = {**options, "tls_ca_cert": ca_pem(options["tls_ca_cert"])}
-    async with sepp_server(**pki("right")[1]) as server:
+    async with sepp_server(**server_pem("right")) as server:
         took, result = await elapsed(SeppClient.connect(f"localhost:{server.port}", **options))
     assert isinstance(result, ConnectError), result
     assert reason in result.reason, result.reason
@@ -267,9 +251,9 @@ async def test_a_certificate_that_changes_mid_session_fails_the_next_call_for_go
     # certificate from another CA. The next call's handshake fails: a TLS failure,
     # which no policy retries (retrying cannot heal it).
     policy = sepp.RetryPolicy(max_attempts=50, initial_backoff=0.01, jitter=False)
-    first = SeppTestServer(**pki("right")[1])
+    first = SeppTestServer(**server_pem("right"))
     await first.start()
-    second = SeppTestServer(port=first.port, **pki("other")[1])
+    second = SeppTestServer(port=first.port, **server_pem("other"))
     try:
         async with FreezableProxy(first.host, first.port) as proxy:
             async with connected(
@@ -294,7 +278,7 @@ async def test_a_certificate_that_changes_mid_session_fails_the_next_call_for_go
 
 
 async def test_plaintext_client_against_a_tls_server_fails_fast() -> None:
-    async with sepp_server(**pki("right")[1]) as server:
+    async with sepp_server(**server_pem("right")) as server:
         took, result = await elapsed(
             SeppClient.connect(f"localhost:{server.port}", connect_timeout=10)
         )

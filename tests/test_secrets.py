@@ -33,6 +33,7 @@ from sepp_lite.errors import Status
 from sepp_lite.testing import QueueConfig, SeppTestServer
 from tests.client_helpers import DROP, HANG, ScriptedServer, free_port, server_info_bytes
 from tests.fault_helpers import LogCapture, ServerThread
+from tests.pki import authority, server_pem
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -95,13 +96,7 @@ def test_the_search_finds_every_form_of_the_key() -> None:
 
 @pytest.fixture(scope="module")
 def pki() -> tuple[trustme.CA, dict[str, bytes]]:
-    ca = trustme.CA()
-    cert = ca.issue_cert("localhost")
-    pem = {
-        "tls_cert": b"".join(blob.bytes() for blob in cert.cert_chain_pems),
-        "tls_key": cert.private_key_pem.bytes(),
-    }
-    return ca, pem
+    return authority("secrets")[0], server_pem("secrets")
 
 
 @pytest.fixture(params=["traced", "untraced"])
