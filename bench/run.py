@@ -305,19 +305,22 @@ def pypy_comparison(
     }
 
 
-def import_time(python: Path, module: str, rounds: int = 11) -> float:
-    """Median extra wall time, over a bare interpreter start, until ``module``'s client
-    class is usable (``import module; module.SeppClient``), in ms."""
+def import_times(python: Path, modules: list[str], rounds: int = 11) -> dict[str, float]:
+    """Median extra wall time, over a bare interpreter start, until each module's client
+    class is usable (``import module; module.SeppClient``), in ms. The modules take
+    turns, the order flipped every round, so a machine that slows down during the
+    measurement weighs on both alike."""
 
     def timed(code: str) -> float:
         start = time.perf_counter()
         sh(python, "-c", code, cwd="/")
         return time.perf_counter() - start
 
-    samples = []
-    for _ in range(rounds):
-        samples.append(timed(f"import {module}; {module}.SeppClient") - timed("pass"))
-    return statistics.median(samples) * 1000
+    samples: dict[str, list[float]] = {module: [] for module in modules}
+    for number in range(rounds):
+        for module in modules if number % 2 == 0 else modules[::-1]:
+            samples[module].append(timed(f"import {module}; {module}.SeppClient") - timed("pass"))
+    return {module: statistics.median(times) * 1000 for module, times in samples.items()}
 
 
 def installed_mib(python: str, *packages: str) -> tuple[float, list[str]]:
@@ -563,10 +566,7 @@ def footprint(python: Path, server_python: Path) -> dict[str, Any]:
     lite_size, lite_dists = installed_mib(sys.executable, str(ROOT))
     seppy_size, seppy_dists = installed_mib(sys.executable, "sepp-py==0.1.0")
     return {
-        "import_ms": {
-            "sepp_lite": import_time(python, "sepp_lite"),
-            "sepp": import_time(python, "sepp"),
-        },
+        "import_ms": import_times(python, ["sepp_lite", "sepp"]),
         "rss_kib": rss,
         "installed_mib": {"sepp_lite": lite_size, "sepp": seppy_size},
         "dists": {"sepp_lite": lite_dists, "sepp": seppy_dists},
