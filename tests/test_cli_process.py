@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-import trustme
 
 import sepp_lite as sepp
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import free_port, unique_queue
+from tests.pki import ca_pem, server_pem
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -95,17 +95,11 @@ async def test_tls_with_a_ca_file(tmp_path: Path) -> None:
     # In a process of its own: when a TLS command ends, the event loop closes before
     # the server answers the client's TLS close_notify, and in-process that would leave
     # the socket to the garbage collector.
-    ca = trustme.CA()
-    cert = ca.issue_cert("localhost")
     ca_file = tmp_path / "ca.pem"
-    ca_file.write_bytes(ca.cert_pem.bytes())
+    ca_file.write_bytes(ca_pem())
     not_pem = tmp_path / "not.pem"
     not_pem.write_text("hello")
-    config = {
-        "tls_cert": b"".join(pem.bytes() for pem in cert.cert_chain_pems),
-        "tls_key": cert.private_key_pem.bytes(),
-    }
-    async with SeppTestServer(**config) as server:
+    async with SeppTestServer(**server_pem()) as server:
         addr = f"localhost:{server.port}"
         code, out, err = await sepp_lite("info", "--addr", addr, "--ca", str(ca_file), "--json")
         assert (code, err) == (0, "") and json.loads(out)["version"]
@@ -125,15 +119,9 @@ async def test_a_tls_mismatch_says_what_to_try(tmp_path: Path) -> None:
     # The hint comes from ConnectError.server_uses_tls, which the transport sets when it
     # can tell a TLS server met in plaintext from the reverse (the HTTP/2 transport of
     # sepp_lite/_http2; until it lands there is no hint and this test fails).
-    ca = trustme.CA()
-    cert = ca.issue_cert("localhost")
     ca_file = tmp_path / "ca.pem"
-    ca_file.write_bytes(ca.cert_pem.bytes())
-    config = {
-        "tls_cert": b"".join(pem.bytes() for pem in cert.cert_chain_pems),
-        "tls_key": cert.private_key_pem.bytes(),
-    }
-    async with SeppTestServer(**config) as tls_server, SeppTestServer() as plain_server:
+    ca_file.write_bytes(ca_pem())
+    async with SeppTestServer(**server_pem()) as tls_server, SeppTestServer() as plain_server:
         addr = f"localhost:{tls_server.port}"
         code, out, err = await sepp_lite("info", "--addr", addr, "--timeout", "5")
         assert (code, out) == (2, "") and err.count("\n") == 1

@@ -31,7 +31,8 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
-import trustme
+
+from tests.pki import ca_pem, server_pem
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -166,11 +167,10 @@ def make_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Env]:
     """Both servers, the blocks' working directory (with every file block written)
     and the environment the blocks run with."""
     pki = tmp_path_factory.mktemp("pki")
-    ca = trustme.CA()
-    cert = ca.issue_cert("localhost")
-    (pki / "ca.pem").write_bytes(ca.cert_pem.bytes())
-    cert.private_key_pem.write_to_path(str(pki / "key.pem"))
-    (pki / "cert.pem").write_bytes(b"".join(pem.bytes() for pem in cert.cert_chain_pems))
+    pem = server_pem()
+    (pki / "ca.pem").write_bytes(ca_pem())
+    (pki / "key.pem").write_bytes(pem["tls_key"])
+    (pki / "cert.pem").write_bytes(pem["tls_cert"])
     workdir = tmp_path_factory.mktemp("readme")
     for block in BLOCKS:
         if block.file is not None:
