@@ -16,7 +16,11 @@ from sepp_lite._codec._wire import (
     field_uint,
     guarded,
     read_fields,
+    read_len,
     read_seconds_nanos,
+    read_tag,
+    read_varint,
+    skip_field,
     timedelta_body,
     to_datetime,
     to_timedelta,
@@ -43,7 +47,7 @@ from sepp_lite._codec.schema import (
     GET_SERVER_INFO_RESPONSE_STRICT_QUEUES,
     GET_SERVER_INFO_RESPONSE_SUPPORTED_PROTOCOL_VERSIONS,
 )
-from sepp_lite._codec.values import MISSING
+from sepp_lite._codec.values import CACHE_MAX, MISSING
 from sepp_lite.types import ServerInfo
 
 # ServerInfo attributes by GetServerInfoResponse tag, per kind of field.
@@ -146,30 +150,55 @@ _DEFAULTS: dict[str, object] = {
 }
 
 
+_DURATION_CACHE: dict[bytes, timedelta] = {}
+
+
+def _duration(data: bytes, start: int, stop: int) -> timedelta:
+    """A limit's Duration; an unset one reads as zero and a negative one is clamped to
+    zero. Cached by its bytes: a server sends the same limits in every answer."""
+    raw = data[start:stop]
+    value = _DURATION_CACHE.get(raw)
+    if value is None:
+        value = max(to_timedelta(*read_seconds_nanos(data, start, stop)), _ZERO)
+        if len(_DURATION_CACHE) >= CACHE_MAX:
+            _DURATION_CACHE.clear()
+        _DURATION_CACHE[raw] = value
+    return value
+
+
 def _read_server_info(data: bytes) -> dict[str, object]:
+    # One pass over the fields, without read_fields' list of spans: a Worker asks once,
+    # but a health check may ask every few seconds, and this answer has 16 fields.
+    # _READERS is keyed by the whole tag, so a field of an unexpected wire type is skipped.
     values = dict(_DEFAULTS)
     for name in _LISTS.values():
         values[name] = []
-    for field, a, b in read_fields(data, 0, len(data)):
-        known = _READERS.get(field)
+    pos, stop = 0, len(data)
+    while pos < stop:
+        tag, pos = read_tag(data, pos)
+        known = _READERS.get(tag)
         if known is None:
+            pos = skip_field(data, pos, stop, tag)
             continue
         kind, name = known
-        if kind == _UINT:
-            values[name] = a
-        elif kind == _UINT32:
-            values[name] = a & 0xFFFF_FFFF
-        elif kind == _FLAG:
-            values[name] = a != 0
-        elif kind == _LIST:
-            values[name].append(data[a:b].decode())  # type: ignore[attr-defined]
+        if kind <= _FLAG:
+            a, pos = read_varint(data, pos)
+            if kind == _UINT:
+                values[name] = a
+            elif kind == _UINT32:
+                values[name] = a & 0xFFFF_FFFF
+            else:
+                values[name] = a != 0
+            continue
+        a, pos = read_len(data, pos, stop)
+        if kind == _LIST:
+            values[name].append(data[a:pos].decode())  # type: ignore[attr-defined]
         elif kind == _DURATION:
-            # An unset Duration reads as zero and a negative one is clamped to zero.
-            values[name] = max(to_timedelta(*read_seconds_nanos(data, a, b)), _ZERO)
+            values[name] = _duration(data, a, pos)
         elif kind == _TEXT:
-            values[name] = data[a:b].decode()
+            values[name] = data[a:pos].decode()
         else:
-            values[name] = to_datetime(*read_seconds_nanos(data, a, b))
+            values[name] = to_datetime(*read_seconds_nanos(data, a, pos))
     return values
 
 
