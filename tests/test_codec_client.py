@@ -818,6 +818,22 @@ def test_unusable_server_info_is_malformed(problem: str) -> None:
         decode_get_server_info_response(msg.SerializeToString())
 
 
+def test_server_info_durations_cache_stays_bounded() -> None:
+    """Limits are cached by their bytes; a server that sends a new value in every answer
+    must not grow that cache past CACHE_MAX, and every answer still reads right."""
+    from sepp_lite._codec import server_info
+    from sepp_lite._codec.values import CACHE_MAX
+
+    msg = protobuf_ref.new("GetServerInfoResponse", server_version="1.0")
+    msg.server_time.seconds = 5
+    for seconds in range(CACHE_MAX + 50):
+        msg.max_wait_timeout.seconds = seconds
+        msg.max_wait_timeout.nanos = seconds % 7 * 1000
+        info = decode_get_server_info_response(msg.SerializeToString())
+        assert info.max_wait_timeout == timedelta(seconds=seconds, microseconds=seconds % 7)
+        assert len(server_info._DURATION_CACHE) <= CACHE_MAX
+
+
 def test_negative_server_info_durations_read_as_zero() -> None:
     msg = protobuf_ref.new("GetServerInfoResponse", server_version="1.0")
     msg.server_time.seconds = 5
