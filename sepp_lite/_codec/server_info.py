@@ -47,7 +47,7 @@ from sepp_lite._codec.schema import (
     GET_SERVER_INFO_RESPONSE_STRICT_QUEUES,
     GET_SERVER_INFO_RESPONSE_SUPPORTED_PROTOCOL_VERSIONS,
 )
-from sepp_lite._codec.values import CACHE_MAX, MISSING
+from sepp_lite._codec.values import MISSING, remember
 from sepp_lite.types import ServerInfo
 
 # ServerInfo attributes by GetServerInfoResponse tag, per kind of field.
@@ -159,10 +159,9 @@ def _duration(data: bytes, start: int, stop: int) -> timedelta:
     raw = data[start:stop]
     value = _DURATION_CACHE.get(raw)
     if value is None:
-        value = max(to_timedelta(*read_seconds_nanos(data, start, stop)), _ZERO)
-        if len(_DURATION_CACHE) >= CACHE_MAX:
-            _DURATION_CACHE.clear()
-        _DURATION_CACHE[raw] = value
+        value = remember(
+            _DURATION_CACHE, raw, max(to_timedelta(*read_seconds_nanos(data, start, stop)), _ZERO)
+        )
     return value
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import Optional, Union
+from typing import Optional, TypeVar, Union
 
 from sepp_lite._codec._wire import (
     as_int64,
@@ -53,6 +53,20 @@ MISSING: object = object()
 """An unset Timestamp, told apart from ``None`` (set, but not a representable time)."""
 
 CACHE_MAX = 4096
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+
+def remember(cache: dict[K, V], key: K, value: V) -> V:
+    """Store ``value`` in one of the codec's caches and return it. A cache that has
+    reached ``CACHE_MAX`` entries is emptied first: keys can come from a peer, so no
+    cache may grow without bound."""
+    if len(cache) >= CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+    return value
+
 
 DecodedPrimitive = Union[str, int, float, bool, None]
 """A PrimitiveValue as read; ``None`` when it sets no member (which the server refuses
@@ -150,10 +164,7 @@ def custom_fields(tag: int, custom: Mapping[str, Primitive]) -> bytes:
         cache_key = (tag, key_name, value, cls)
         encoded = _ENTRY_FIELDS.get(cache_key)
         if encoded is None:
-            encoded = _entry_field(tag, key_name, value)
-            if len(_ENTRY_FIELDS) >= CACHE_MAX:
-                _ENTRY_FIELDS.clear()
-            _ENTRY_FIELDS[cache_key] = encoded
+            encoded = remember(_ENTRY_FIELDS, cache_key, _entry_field(tag, key_name, value))
         out.append(encoded)
     return b"".join(out)
 
@@ -172,11 +183,7 @@ ENTRY_CACHE: dict[bytes, tuple[str, DecodedPrimitive]] = {}
 
 
 def cached_custom_entry(data: bytes, start: int, stop: int) -> tuple[str, DecodedPrimitive]:
-    entry = read_custom_entry(data, start, stop)
-    if len(ENTRY_CACHE) >= CACHE_MAX:
-        ENTRY_CACHE.clear()
-    ENTRY_CACHE[data[start:stop]] = entry
-    return entry
+    return remember(ENTRY_CACHE, data[start:stop], read_custom_entry(data, start, stop))
 
 
 # ---------------------------------------------------------------------------------------
@@ -231,10 +238,7 @@ _ENCODING_FIELDS: dict[str, bytes] = {}
 
 def cached_str_field(cache: dict[str, bytes], field: int, value: str) -> bytes:
     """Encode a string field and remember it in ``cache`` (by value)."""
-    if len(cache) >= CACHE_MAX:
-        cache.clear()
-    encoded = cache[value] = field_str(field, value)
-    return encoded
+    return remember(cache, value, field_str(field, value))
 
 
 def payload_field(field: int, payload: Payload) -> bytes:
@@ -281,8 +285,4 @@ def read_timestamp(data: bytes, pos: int, stop: int) -> datetime | None:
         return _TIMESTAMPS[raw]
     except KeyError:
         pass
-    when = to_datetime(*read_seconds_nanos(data, pos, stop))
-    if len(_TIMESTAMPS) >= CACHE_MAX:
-        _TIMESTAMPS.clear()
-    _TIMESTAMPS[raw] = when
-    return when
+    return remember(_TIMESTAMPS, raw, to_datetime(*read_seconds_nanos(data, pos, stop)))
