@@ -187,8 +187,9 @@ def alternate(
 
 # An enqueue_batch job costs about a fifteenth of the CPU of a job in the other
 # workloads: at --jobs 3000 one run measured some 25 ms of CPU, and in the run of
-# 2026-12-02 15:00 its five pair ratios spread from 0.63 to 1.05. Its runs get this many
-# times the jobs, so that each run measures a few hundred ms of CPU, as the others do.
+# 2026-12-02 that began at 14:51 its five pair ratios spread from 0.63 to 1.05. Its runs
+# get this many times the jobs, so that each measures a few hundred ms of CPU, as the
+# others do.
 JOBS_SCALE = {"batch": 10}
 
 
@@ -504,6 +505,16 @@ def _sync_rows(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _scaled_jobs(report: dict[str, Any]) -> str:
+    """The job counts of the measured workloads that JOBS_SCALE changes, as a note."""
+    scaled = [
+        f"{report['jobs'] * JOBS_SCALE[row['workload']]} for {row['workload']}"
+        for row in report["workloads"]
+        if row["workload"] in JOBS_SCALE
+    ]
+    return f" ({', '.join(scaled)})" if scaled else ""
+
+
 def markdown(report: dict[str, Any]) -> str:
     info = report["machine"]
     lines = [
@@ -517,7 +528,7 @@ def markdown(report: dict[str, Any]) -> str:
     lines += [
         "",
         f"{report['rounds']} rounds per workload, clients alternating; {report['jobs']} jobs "
-        f"per run ({report['jobs'] * JOBS_SCALE['batch']} for enqueue_batch); server "
+        f"per run{_scaled_jobs(report)}; server "
         f"({report.get('server', 'grpclib')}: the sepp state machine behind that HTTP/2 "
         "stack) in its own process (its CPU share: server CPU seconds per wall second of a "
         "client run, set-up included).",
