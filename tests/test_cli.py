@@ -126,16 +126,19 @@ def test_misplaced_options_leave_good_command_lines_alone() -> None:
         assert cli.misplaced_options(argv, commands) is None
 
 
-def test_a_tls_mismatch_hint_follows_the_transports_verdict() -> None:
+def test_a_tls_mismatch_says_the_one_thing_that_is_true() -> None:
+    # The transport's verdict, in the command line's terms: one statement, one remedy.
     error = sepp.ConnectError("h:1", "connection lost")
     assert common.describe(error) == "cannot connect to the sepp server at h:1: connection lost"
-    error.server_uses_tls = True  # type: ignore[attr-defined]
-    assert common.describe(error).endswith(
-        "; is the server using TLS? try --tls (or --ca FILE for a private CA)"
+    error = sepp.ConnectError("h:1", "the library's words", server_uses_tls=True)
+    assert common.describe(error) == (
+        "cannot connect to the sepp server at h:1: the server uses TLS: "
+        "connect with --tls (or --ca FILE for a private CA)"
     )
-    error.server_uses_tls = False  # type: ignore[attr-defined]
-    assert common.describe(error).endswith(
-        "; is the server not using TLS? try without --tls, --ca and https://"
+    error = sepp.ConnectError("h:1", "the library's words", server_uses_tls=False)
+    assert common.describe(error) == (
+        "cannot connect to the sepp server at h:1: the server does not use TLS: "
+        "connect without --tls, --ca and https://"
     )
 
 
@@ -212,9 +215,26 @@ async def test_unreachable_server_is_exit_2_in_one_line(
     assert err.rstrip().endswith("connection refused")
 
 
-async def test_a_bad_address_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert await run("info", "--addr", "localhost:notaport") == 2
-    assert "bad address" in one_line(capsys.readouterr().err)
+@pytest.mark.parametrize(
+    ("addr", "problem"),
+    [
+        ("localhost:notaport", "the port 'notaport' is not a number"),
+        ("http://127.0.0.1:50051/foo", "it has a path ('/foo'), which a gRPC address cannot"),
+        ("grpc://127.0.0.1:50051", "unknown scheme 'grpc://'"),
+        ("127.0.0.1:", "the port is empty"),
+        ("127.0.0.1:70000", "the port 70000 is out of range (1 to 65535)"),
+        ("[::1:50051", "an IPv6 address has no closing ']'"),
+    ],
+)
+async def test_a_bad_address_is_a_usage_error_naming_it_whole(
+    addr: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "bad address 'http://127.0.0.1:50051/foo': ... bad port '50051/foo'".
+    assert await run("info", "--addr", addr) == 2
+    assert one_line(capsys.readouterr().err) == (
+        f"error: --addr: cannot parse the address {addr!r}: {problem} "
+        "(expected host:port, http://host:port, https://host[:port] or unix:/path)"
+    )
 
 
 async def test_wrong_or_missing_key_is_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
@@ -547,8 +567,8 @@ async def test_drain_writes_json_lines_that_replay(
     queue, other = unique_queue(), unique_queue()
     await dead_letter(client, queue, 3)
     await dead_letter(client, other, 1)
-    # Not a terminal: no --yes needed. --max and --queue narrow what is drained.
-    argv = ["drain-dead-letters", "--addr", server.addr, "--queue", queue, "--max", "2"]
+    # --max and --queue narrow what is drained (to stdout, which needs --yes).
+    argv = ["drain-dead-letters", "--addr", server.addr, "--queue", queue, "--max", "2", "--yes"]
     assert await run(*argv) == 0
     captured = capsys.readouterr()
     records = [json.loads(line) for line in captured.out.splitlines()]
@@ -561,6 +581,7 @@ async def test_drain_writes_json_lines_that_replay(
     assert first["failed_at"].endswith("Z") and first["job_type"] == "t"
     out = tmp_path / "dead.jsonl"
     out.write_text("kept from an earlier drain\n")
+    # Into a file, without a terminal: --out is enough.
     argv = ["drain-dead-letters", "--addr", server.addr, "--out", str(out)]
     assert await run(*argv) == 0
     assert capsys.readouterr().err.strip() == f"drained 2 dead-letter record(s) into {out}"
@@ -576,7 +597,7 @@ async def test_drain_writes_json_lines_that_replay(
 
 async def test_drain_says_when_retention_is_off(capsys: pytest.CaptureFixture[str]) -> None:
     async with SeppTestServer() as server:
-        assert await run("drain-dead-letters", "--addr", server.addr) == 0
+        assert await run("drain-dead-letters", "--addr", server.addr, "--yes") == 0
         assert "retention is off" in capsys.readouterr().err
 
 
