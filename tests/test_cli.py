@@ -267,7 +267,8 @@ async def test_the_api_key_never_appears_in_any_output(
             ("info", "--addr", f"127.0.0.1:{free_port()}", "--api-key", SECRET, "--debug"),
             ("enqueue", "q", "t", "--addr", server.addr, "--api-key", SECRET, "--delay", "1e9"),
             ("enqueue", "q", "--jsonl", str(bad_lines), "--addr", server.addr, "--debug"),
-            ("drain-dead-letters", "--addr", server.addr, "--api-key", SECRET, "--debug"),
+            ("drain-dead-letters", "--addr", server.addr, "--api-key", SECRET, "--debug", "--yes"),
+            ("requeue-dead-letters", str(bad_lines), "--addr", server.addr, "--debug"),
             ("info", "--help"),
         ]
         monkeypatch.setenv("SEPP_API_KEY", SECRET)
