@@ -91,9 +91,9 @@ keys (all optional but job_type, which may instead come from JOB_TYPE):
   trace_context    {"traceparent": str, "tracestate": str}
 null means "not set". drain-dead-letters output is accepted as is (its extra keys
 job_id, cause, failed_at, final_attempt, last_reason, enqueued_at are ignored);
-requeue-dead-letters replays it with an idempotency key per record. Blank lines are skipped; any other line that cannot be
-read is reported with its number. Jobs go out in batches of the server's
-max_enqueue_batch.
+requeue-dead-letters replays it with an idempotency key per record. Blank lines
+are skipped; any other line that cannot be read is reported with its number. Jobs go
+out in batches of the server's max_enqueue_batch.
 """
 
 
