@@ -362,3 +362,47 @@ async def test_requeue_twice_creates_no_duplicates(tmp_path: Path) -> None:
             "",
         )
         assert (server.counts(queue).ready, server.counts(other).ready) == (5, 2)
+
+
+def limit_file_size(limit: int) -> None:
+    """In the child, before exec: files may not grow past ``limit`` bytes, and a write
+    past it fails with EFBIG instead of killing the process (SIGXFSZ ignored)."""
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
+async def test_a_write_that_fails_midway_leaves_whole_lines(tmp_path: Path) -> None:
+    # A record is about 400 bytes: the first fits under the limit, the second is cut
+    # short (a partial write, then EFBIG). The archive keeps its earlier content and
+    # whole lines only; the records of the failed call are on stderr.
+    out = tmp_path / "dead.jsonl"
+    out.write_bytes(b"kept\n")
+    async with SeppTestServer(dead_letter_retention_ms=60_000) as server:
+        queue = unique_queue()
+        every = await dead_letters(server, queue, 10)
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "sepp_lite",
+            "drain-dead-letters",
+            "--addr",
+            server.addr,
+            "--out",
+            str(out),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=child_env(),
+            preexec_fn=lambda: limit_file_size(5 + 600),
+        )
+        _, err_bytes = await asyncio.wait_for(proc.communicate(), 60)
+        err = err_bytes.decode()
+        left = server.counts(queue).dead
+    assert proc.returncode == 1, err
+    kept, *lines = out.read_text().splitlines(keepends=True)
+    assert kept == "kept\n" and all(line.endswith("}\n") for line in lines)
+    written, printed = ids_of("".join(lines)), ids_of(err)
+    assert (len(written), len(printed), left) == (1, 2, 7)
+    assert set(written) | set(printed) < every
+    assert err.splitlines()[-1].startswith(f"error: cannot write to {out}: file too large; ")

@@ -123,13 +123,22 @@ class Output:
     file descriptor (no buffer that could hold records a failed flush loses track
     of), so after a failed write it is known which records made it. ``name`` is what
     messages call it; ``stream`` is used when there is no descriptor (an in-process
-    caller's captured stdout)."""
+    caller's captured stdout). ``appending``: the descriptor is a file this command
+    opened to append to, so a partial line a failed write leaves at its end is cut."""
 
-    def __init__(self, name: str, fd: Optional[int], stream: Optional[IO[str]] = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        fd: Optional[int],
+        stream: Optional[IO[str]] = None,
+        *,
+        appending: bool = False,
+    ) -> None:
         self.name = name
         self.fd = fd
         self.stream = stream
         self.is_file = fd is not None and is_regular_file(fd)
+        self.appending = appending and self.is_file
 
     def write(self, line: bytes) -> None:
         """Write one record's line whole, or raise ``OSError``; a partial line left in
@@ -139,13 +148,13 @@ class Output:
             self.stream.write(line.decode("utf-8"))
             self.stream.flush()
             return
-        start = os.lseek(self.fd, 0, os.SEEK_CUR) if self.is_file else 0
+        end = os.fstat(self.fd).st_size if self.appending else 0
         try:
             _write_all(self.fd, line)
         except OSError:
-            if self.is_file:
+            if self.appending:  # the archive stays whole lines, however it failed
                 with contextlib.suppress(OSError):
-                    os.ftruncate(self.fd, start)
+                    os.ftruncate(self.fd, end)
             raise
 
     def commit(self) -> None:
@@ -186,7 +195,7 @@ def _output(path: Optional[str]) -> Iterator[Output]:
     except OSError as exc:
         raise CliError(f"cannot write --out {path}: {exc.strerror or exc}") from exc
     with fh:
-        yield Output(path, fh.fileno())
+        yield Output(path, fh.fileno(), appending=True)
 
 
 # -- the drain ------------------------------------------------------------------------
