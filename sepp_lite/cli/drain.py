@@ -5,10 +5,10 @@ Draining is destructive: the server deletes the records it returns. So nothing d
 is dropped unwritten: each call's records are written (and, into a regular file,
 fsynced) before the next call asks for more, and the drain stops at the first failed
 write. The records of the call whose write failed are no longer on the server; they
-go to stderr instead, and the error line says how many were written and lost. Calls
-start small (1 record, then 2, 4, ... up to ``--batch``), so output that fails from
-the start costs one record, not a batch, and into a pipe the batches stay small
-(16), and the drain checks before each call that the pipe still has a reader.
+go to stderr instead, and the error line says how many were written and how many
+went there. Calls start small (1 record, then 2, 4, ... up to ``--batch``), so output
+that fails from the start costs one record, not a batch; into a pipe the batches stay
+small (16), and before each call the drain checks that the pipe still has a reader.
 """
 
 from __future__ import annotations
@@ -251,7 +251,8 @@ class _Drain:
                 done += 1
             self.out.commit()
         except OSError as exc:
-            # After a failed fsync, nothing of this call is known to be on disk.
+            # After a failed fsync nothing of this call is known to be on disk: all of
+            # it goes to stderr too (a record twice is better than a record lost).
             kept = 0 if done == len(records) else done
             self.written += kept
             raise _WriteFailed(exc, records[kept:]) from exc
