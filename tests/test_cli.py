@@ -88,7 +88,8 @@ def one_line(text: str) -> str:
 async def test_help_version_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert await run("--help") == 0
     out = capsys.readouterr().out
-    for command in ("serve", "info", "enqueue", "worker", "drain-dead-letters", "demo"):
+    commands = ("serve", "info", "enqueue", "worker", "drain-dead-letters", "demo")
+    for command in (*commands, "requeue-dead-letters"):
         assert command in out
     assert await run("--version") == 0
     assert capsys.readouterr().out.strip() == f"sepp-lite {sepp.__version__}"
