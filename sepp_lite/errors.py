@@ -144,6 +144,9 @@ class ClientError(SeppError):
     """The gRPC status behind the error, when there is one."""
     ambiguous: bool = False
     """True when the server may have applied the request although the call failed."""
+    retry_after: Optional[float] = None
+    """Seconds until the client will try to connect again, when it is backing off after
+    failed connection attempts (calls fail at once until then)."""
 
 
 class ConnectError(ClientError):
@@ -369,7 +372,9 @@ def map_failure(
     if isinstance(exc, CallFailure):
         if exc.local or exc.status is None:
             ambiguous = exc.status in AMBIGUOUS_CODES if exc.ambiguous is None else exc.ambiguous
-            return _transport_error(prefix + exc.message, exc.status, ambiguous)
+            error = _transport_error(prefix + exc.message, exc.status, ambiguous)
+            error.retry_after = exc.retry_after
+            return error
         return _status_error(exc.status, exc.message, kind)
     if isinstance(exc, asyncio.TimeoutError):
         return _transport_error(f"{prefix}deadline exceeded", Status.DEADLINE_EXCEEDED, True)
