@@ -67,7 +67,11 @@ def _signature_problem(handler: Callable[..., Any]) -> Optional[str]:
     try:
         signature.bind(None, None)
     except TypeError as exc:
-        return f"its signature is {signature}, which cannot take (payload, ctx): {exc}"
+        bare = signature.replace(
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=signature.empty,
+        )
+        return f"its signature is {bare}, which cannot take (payload, ctx): {exc}"
     return None
 
 

@@ -18,9 +18,9 @@ import os
 import re
 import socket
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Any, Callable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 from sepp_lite import _otel
 from sepp_lite._handlers import RegisteredHandler, check_handler
@@ -48,6 +48,9 @@ from sepp_lite.errors import (
 )
 from sepp_lite.shutdown import ShutdownHandle
 from sepp_lite.types import Job, JobCtx, Payload, ReserveOptions, RetryDirective, ServerInfo
+
+if TYPE_CHECKING:
+    from sepp_lite.types import QueueNames
 
 __all__ = ["DuplicateHandlerError", "Handler", "HandlerError", "ShutdownHandle", "Worker"]
 
@@ -240,7 +243,11 @@ class Worker:
     :class:`~sepp_lite.client.SeppClient`.
 
     Register one handler per job type with :meth:`handle` or ``@worker.handler(...)``
-    (and optionally :meth:`catch_all`), then ``await run()``. A handler returning acks
+    (and optionally :meth:`catch_all`), then ``await run()``; ``queues`` is a list of
+    names (a ``str`` raises ``TypeError``). A handler is an ``async def (payload,
+    ctx)``, or a plain ``def (payload, ctx)``, which runs in one of the worker's
+    ``sync_threads`` threads (default min(32, max_in_flight), started on the first such
+    job); anything else raises ``TypeError`` when registered. A handler returning acks
     the job; :class:`HandlerError` nacks it as chosen; any other exception nacks it for
     the queue's retry (logged with its traceback). Jobs of a type without a handler are
     nacked with a growing delay, min(2**attempt, 60) s, so a worker that lacks the
@@ -252,7 +259,9 @@ class Worker:
     if the lease is lost the handler is cancelled and the job is neither acked nor
     nacked. Beware: auto-extend keeps a hung handler's job leased forever; bound your
     handlers' work. At start the worker reads the server's limits (GetServerInfo) and
-    clamps ``max_jobs``, the lease and the wait to them, logging what it changed.
+    clamps ``max_jobs``, the lease and the wait to them, logging what it changed. While
+    the server cannot be reached at start, it tries again for up to
+    ``wait_for_server`` (default 60 s; 0 fails at once), one log line per attempt.
 
     Shutdown (:meth:`shutdown_handle`) stops reserving and waits for the jobs in
     flight; with ``shutdown_timeout`` it extends their leases once, waits that long,
@@ -263,7 +272,7 @@ class Worker:
     def __init__(
         self,
         client: SeppClient,
-        queues: Iterable[str],
+        queues: QueueNames,
         lease_duration: Duration,
         *,
         wait_timeout: Duration | None = None,
@@ -391,6 +400,16 @@ class Worker:
         return self._opts.worker_id or ""
 
     @property
+    def wait_for_server(self) -> float:
+        """Seconds :meth:`run` keeps trying to reach a server it cannot reach at start
+        (settable: a ``timedelta`` or seconds, 0 to fail at once)."""
+        return self._wait_for_server
+
+    @wait_for_server.setter
+    def wait_for_server(self, value: Duration) -> None:
+        self._wait_for_server = as_timedelta(value, "wait_for_server").total_seconds()
+
+    @property
     def in_flight(self) -> int:
         """How many jobs are being processed now."""
         return self._in_flight
@@ -415,9 +434,12 @@ class Worker:
         :class:`~sepp_lite.errors.InvalidRequestError`, or
         :class:`~sepp_lite.errors.UnknownQueuesError` from a strict server) stops the
         worker: it finishes the jobs in flight, then raises that error; the same
-        refusal of the GetServerInfo call at start raises at once. Other reserve errors
-        (an unreachable or overloaded server) are logged and retried after
-        ``reserve_error_backoff``, without end.
+        refusal of the GetServerInfo call at start raises at once. A server that
+        cannot be reached at start is tried again for ``wait_for_server``, then
+        :class:`~sepp_lite.errors.TransportError` is raised. Once started, other reserve
+        errors (an unreachable or overloaded server) are logged and retried without
+        end, after ``reserve_error_backoff`` or, while the client waits out its
+        reconnect backoff, when it will connect again.
         """
         if self._running:
             raise RuntimeError("this worker is already running")
@@ -735,6 +757,8 @@ class Worker:
             except SeppError as error:
                 if is_permanent(error):
                     raise  # a wrong key or the like: no reserve could succeed either
+                if is_unreachable(error) and self._wait_for_server <= 0:
+                    raise
                 if not is_unreachable(error):
                     logger.warning(
                         "could not read the server's limits (%s); using the options as given",
