@@ -6,6 +6,7 @@ server's message limit is sent (the server counts the calls that reach it)."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 
@@ -116,7 +117,8 @@ async def test_any_call_over_the_limit_is_refused_before_sending(counted: Counte
     queue = unique_queue()
     async with await sepp.SeppClient.connect(counted.server.addr) as client:
         await client.enqueue(job(queue))
-        [reserved] = await client.reserve(sepp.ReserveOptions([queue], 30)) or []
+        lease = timedelta(seconds=30)
+        [reserved] = await client.reserve(sepp.ReserveOptions([queue], lease)) or []
         sent = counted.calls
         with pytest.raises(sepp.RequestTooLargeError, match="^the Nack request is"):
             await client.nack(reserved.ctx, reason="x" * (17 * MiB))

@@ -296,13 +296,17 @@ async def test_the_callables_a_handler_may_be_all_run_once(
 # -- a str for a list of queues -----------------------------------------------------
 
 
-def test_a_str_for_the_queues_is_a_type_error(client: sepp.SeppClient) -> None:
+def test_a_str_for_the_queues_is_a_type_error(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
     with pytest.raises(TypeError, match=r"not the str 'emails' \(write \['emails'\]"):
         sepp.Worker(client, "emails", 30)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="not a str"):
         sepp.ReserveOptions("emails", 30)  # type: ignore[arg-type]
     with pytest.raises(TypeError, match="not a str"):
         sepp.ReserveOptions(queues="emails", lease_duration=30)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not the str 'emails'"):
+        server.backlog("emails")  # type: ignore[arg-type]
     # What a str is not: a list, a tuple, a generator of names.
     assert sepp.Worker(client, ("a", "b"), 30).queues == ["a", "b"]
     assert sepp.Worker(client, (q for q in ["a"]), 30).queues == ["a"]
