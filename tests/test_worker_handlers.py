@@ -7,6 +7,7 @@ time and under mypy), and the log lines of a failing job."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import logging
 import subprocess
@@ -92,6 +93,27 @@ async def test_a_plain_def_that_raises_is_nacked_and_retried_as_an_async_one(
     assert text.startswith("job ") and "type 'fails'" in text and f"queue {queue!r}" in text
     assert "attempt 3/3" in text and "attempts are used up" in text
     assert "the disk is full" in text
+
+
+REQUEST_ID: contextvars.ContextVar[str] = contextvars.ContextVar("REQUEST_ID", default="")
+
+
+async def test_a_plain_def_sees_the_context_of_its_job_task(
+    server: SeppTestServer, client: sepp.SeppClient
+) -> None:
+    # What a tracing span or a request id set around the worker rides on.
+    queue = unique_queue()
+    await enqueue(client, queue, "sync")
+    worker = sepp.Worker(client, [queue], 30)
+    seen: list[str] = []
+
+    @worker.handler("sync")
+    def handle(payload: Optional[sepp.Payload], ctx: sepp.JobCtx) -> None:
+        seen.append(REQUEST_ID.get())
+
+    REQUEST_ID.set("set-before-run")
+    await run_idle(worker)
+    assert seen == ["set-before-run"]
 
 
 async def test_sync_threads_bound_how_many_plain_defs_run_at_once(
