@@ -95,7 +95,7 @@ async def test_run_gives_up_after_wait_for_server() -> None:
         started = loop.time()
         with pytest.raises(sepp.TransportError) as info:
             await asyncio.wait_for(worker.run(), 30)
-        assert loop.time() - started < 1.5
+        assert loop.time() - started < 1.9  # under the 2 s of the first run
         assert "gave up" not in str(info.value)
     finally:
         await client.close()
@@ -109,7 +109,7 @@ async def test_a_refused_key_fails_at_once_despite_the_wait() -> None:
             started = loop.time()
             with pytest.raises(sepp.UnauthenticatedError):
                 await asyncio.wait_for(worker.run(), 30)
-            assert loop.time() - started < 2
+            assert loop.time() - started < 10  # not the 60 s of waiting
 
 
 async def test_an_outage_after_start_logs_one_true_delay_per_retry(
