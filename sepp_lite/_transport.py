@@ -512,12 +512,14 @@ class Http2Transport:
             if wait > 0:
                 last = self._last_failure
                 assert last is not None
-                raise CallFailure(
+                early = CallFailure(
                     last.status,
                     f"{last.message}; next attempt in {wait:.1f} s",
                     local=True,
                     ambiguous=False,
-                ) from last.__cause__
+                )
+                early.retry_after = wait
+                raise early from last.__cause__
             connecting = self._connecting = asyncio.ensure_future(self._reconnect())
             connecting.add_done_callback(_retrieve)
         try:
@@ -540,7 +542,8 @@ class Http2Transport:
             failure = CallFailure(status, f"cannot connect: {reason}", local=True, ambiguous=False)
             failure.__cause__ = exc
             self._last_failure = failure
-            self._retry_at = asyncio.get_running_loop().time() + self._backoff.next()
+            failure.retry_after = self._backoff.next()
+            self._retry_at = asyncio.get_running_loop().time() + failure.retry_after
             logger.debug("cannot connect to the sepp server at %s: %s", self.label, reason)
             raise failure from exc
         finally:

@@ -723,7 +723,8 @@ async def test_worker_that_cannot_connect_is_exit_2(
 ) -> None:
     spec = f"{worker_module[0]}:make_worker"
     addr = f"127.0.0.1:{free_port()}"
-    assert await run("worker", spec, "--app-dir", str(tmp_path), "--addr", addr) == 2
+    argv = ["worker", spec, "--app-dir", str(tmp_path), "--addr", addr]
+    assert await run(*argv, "--wait-for-server", "0") == 2  # 0: no waiting for it
     error = last_line(capsys.readouterr().err)
     assert error.startswith("error: cannot connect to the sepp server")
 

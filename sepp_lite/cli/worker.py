@@ -17,6 +17,7 @@ from collections.abc import Awaitable
 from typing import Callable, Optional
 
 from sepp_lite import errors
+from sepp_lite._retry import DEFAULT_WAIT_FOR_SERVER, is_unreachable
 from sepp_lite.cli.common import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -24,13 +25,14 @@ from sepp_lite.cli.common import (
     Commands,
     connect,
     describe,
+    non_negative_seconds,
     positive_seconds,
 )
 from sepp_lite.client import SeppClient
 from sepp_lite.shutdown import shutdown_on_signals
 from sepp_lite.worker import Worker
 
-__all__ = ["add_parser", "build_worker", "load_target", "run_worker"]
+__all__ = ["add_parser", "build_when_reachable", "build_worker", "load_target", "run_worker"]
 
 # The command line's one logger, as README's "Logging" names it.
 logger = logging.getLogger("sepp_lite.cli")
@@ -56,6 +58,15 @@ def add_parser(commands: Commands, parents: list[argparse.ArgumentParser]) -> No
         "--until-idle",
         action="store_true",
         help="stop once the queues are empty and nothing is in flight",
+    )
+    parser.add_argument(
+        "--wait-for-server",
+        type=non_negative_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="at start, keep trying to reach a server that cannot be reached for this "
+        "long, logging each attempt, then fail (default 60; 0: fail at once). A refused "
+        "API key or an undeclared queue fails at once",
     )
     parser.add_argument(
         "--log-level",
@@ -171,6 +182,48 @@ async def build_worker(
     return result
 
 
+async def build_when_reachable(
+    target: object,
+    spec: str,
+    make_client: Callable[[], Awaitable[SeppClient]],
+    wait: float,
+) -> Worker:
+    """:func:`build_worker`, tried again while the server cannot be reached (connecting
+    fails, in this command or in the user's factory), for at most ``wait`` seconds,
+    with one log line per attempt; then :class:`CliError`. Other errors (a refused key,
+    a bad address or TLS setting) are raised at once."""
+    from sepp_lite._transport import Backoff
+
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    backoff = Backoff()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return await build_worker(target, spec, make_client)
+        except errors.SeppError as error:
+            waited = loop.time() - started
+            if not is_unreachable(error) or wait <= 0:
+                raise
+            if waited >= wait:
+                raise CliError(
+                    f"gave up waiting for the sepp server after {attempt} attempt(s) in "
+                    f"{waited:.0f} s (--wait-for-server {wait:g}): {describe(error)}"
+                ) from error
+            delay = min(backoff.next(), wait - waited)
+            logger.warning(
+                "waiting for the sepp server (attempt %d, %.0f s of %g s): %s; next "
+                "attempt in %.1f s",
+                attempt,
+                waited,
+                wait,
+                describe(error),
+                delay,
+            )
+            await asyncio.sleep(delay)
+
+
 async def run_worker(worker: Worker, *, until_idle: bool = False) -> int:
     """Run ``worker`` with graceful shutdown on SIGINT/SIGTERM (a second signal stops
     it hard); return 0 after a graceful stop, 1 after a hard one."""
@@ -203,7 +256,12 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
             stack.push_async_callback(client.close)
             return client
 
-        worker = await build_worker(target, args.target, make_client)
+        wait = args.wait_for_server
+        if wait is None:
+            wait = DEFAULT_WAIT_FOR_SERVER.total_seconds()
+        worker = await build_when_reachable(target, args.target, make_client, wait)
+        if args.wait_for_server is not None:
+            worker.wait_for_server = args.wait_for_server
         # The worker's client is closed too when a factory made its own: the command
         # owns everything that runs for it.
         stack.push_async_callback(worker.client.close)
