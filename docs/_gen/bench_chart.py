@@ -31,7 +31,7 @@ SERIES = (
     ("nursery", "sepp_lite on PyPy, PYPY_GC_NURSERY=4MB", "#6a1b9a"),
 )
 WIDTH, LABEL_X, BARS_X, BAR_H, BAR_GAP, GROUP_GAP = 820, 12, 300, 14, 3, 14
-TEXT = 'font-family="sans-serif" font-size="12" fill="#1f2933"'
+FONT = {"font-family": "sans-serif", "font-size": "12", "fill": "#1f2933"}
 
 
 @dataclass(frozen=True)
@@ -89,25 +89,26 @@ def other_rows(data: dict[str, Any]) -> list[Row]:
     return rows
 
 
+def _text(x: float, y: float, content: str, **attributes: str) -> str:
+    """A <text> element in the chart's font; ``font_size="15"`` overrides a default."""
+    merged = {**FONT, **{k.replace("_", "-"): v for k, v in attributes.items()}}
+    attrs = " ".join(f'{name}="{value}"' for name, value in merged.items())
+    return f'<text x="{x:.1f}" y="{y:.1f}" {attrs}>{escape(content)}</text>'
+
+
 def _bars(rows: list[Row], top: float, scale: float) -> Iterator[str]:
     colors = {key: color for key, _, color in SERIES}
     y = top
     for row in rows:
         height = len(row.values) * (BAR_H + BAR_GAP)
-        yield (
-            f'<text x="{LABEL_X}" y="{y + height / 2 + 2:.1f}" {TEXT} '
-            f'dominant-baseline="middle">{escape(row.label)}</text>'
-        )
+        yield _text(LABEL_X, y + height / 2 + 2, row.label, dominant_baseline="middle")
         for key, value in row.values:
             width = max(value * scale, 1.0)
             yield (
                 f'<rect x="{BARS_X}" y="{y:.1f}" width="{width:.1f}" height="{BAR_H}" '
                 f'fill="{colors[key]}"><title>{escape(row.label)}: {value:.2f}×</title></rect>'
             )
-            yield (
-                f'<text x="{BARS_X + width + 5:.1f}" y="{y + BAR_H - 3:.1f}" {TEXT}>'
-                f"{value:.2f}×</text>"
-            )
+            yield _text(BARS_X + width + 5, y + BAR_H - 3, f"{value:.2f}×")
             y += BAR_H + BAR_GAP
         y += GROUP_GAP
 
@@ -122,23 +123,20 @@ def svg(data: dict[str, Any]) -> str:
     peak = max([1.0] + [v for row in cpu + other for _, v in row.values])
     scale = (WIDTH - BARS_X - 60) / (peak * 1.05)
     date = (data.get("machine") or {}).get("date", "")
+    title = "sepp_lite against sepp-py 0.1.0 on CPython (1.0 = the same; lower is better)"
     parts = [
-        f'<text x="{LABEL_X}" y="22" {TEXT} font-size="15" font-weight="bold">'
-        f"sepp_lite against sepp-py 0.1.0 on CPython (1.0 = the same; lower is better)</text>",
-        f'<text x="{LABEL_X}" y="40" {TEXT}>make bench, {escape(date)}</text>',
+        _text(LABEL_X, 22, title, font_size="15", font_weight="bold"),
+        _text(LABEL_X, 40, f"make bench, {date}"),
     ]
     for index, (_, name, color) in enumerate(SERIES):
         x = LABEL_X + index * 250
         parts.append(f'<rect x="{x}" y="52" width="12" height="12" fill="{color}"/>')
-        parts.append(f'<text x="{x + 17}" y="62" {TEXT}>{escape(name)}</text>')
+        parts.append(_text(x + 17, 62, name))
     top = 96.0
-    parts.append(f'<text x="{LABEL_X}" y="{top - 8}" {TEXT} font-weight="bold">CPU per job</text>')
+    parts.append(_text(LABEL_X, top - 8, "CPU per job", font_weight="bold"))
     parts.extend(_bars(cpu, top, scale))
     second = top + _height(cpu) + 24
-    parts.append(
-        f'<text x="{LABEL_X}" y="{second - 8}" {TEXT} font-weight="bold">'
-        "Latency and footprint</text>"
-    )
+    parts.append(_text(LABEL_X, second - 8, "Latency and footprint", font_weight="bold"))
     parts.extend(_bars(other, second, scale))
     bottom = second + _height(other)
     one = BARS_X + scale
@@ -146,9 +144,7 @@ def svg(data: dict[str, Any]) -> str:
         f'<line x1="{one:.1f}" y1="{top - 20}" x2="{one:.1f}" y2="{bottom:.1f}" '
         'stroke="#52606d" stroke-dasharray="4 3"/>'
     )
-    parts.append(
-        f'<text x="{one + 4:.1f}" y="{top - 10}" {TEXT} fill="#52606d">sepp-py = 1.0</text>'
-    )
+    parts.append(_text(one + 4, top - 10, "sepp-py = 1.0", fill="#52606d"))
     height = bottom + 10
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0f}" '
