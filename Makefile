@@ -51,12 +51,12 @@ proto-check: proto
 	test -z "$$(git status --porcelain -- sepp_lite/_proto)"
 
 lint: install
-	$(VENV)/bin/ruff check sepp_lite _sepp_lite_pytestplugin.py tests bench
-	$(VENV)/bin/ruff format --check sepp_lite _sepp_lite_pytestplugin.py tests bench
+	$(VENV)/bin/ruff check sepp_lite _sepp_lite_pytestplugin.py tests bench docs/_gen
+	$(VENV)/bin/ruff format --check sepp_lite _sepp_lite_pytestplugin.py tests bench docs/_gen
 
 format: install
-	$(VENV)/bin/ruff check --fix sepp_lite _sepp_lite_pytestplugin.py tests bench
-	$(VENV)/bin/ruff format sepp_lite _sepp_lite_pytestplugin.py tests bench
+	$(VENV)/bin/ruff check --fix sepp_lite _sepp_lite_pytestplugin.py tests bench docs/_gen
+	$(VENV)/bin/ruff format sepp_lite _sepp_lite_pytestplugin.py tests bench docs/_gen
 
 typecheck: install
 	$(VENV)/bin/mypy

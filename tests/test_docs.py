@@ -101,8 +101,41 @@ def test_the_pages_a_user_looks_for_are_there() -> None:
         "API reference",
     ):
         assert wanted in titles, wanted
-    reference = "".join((DOCS / "reference" / name).read_text() for name in ("client.md",))
-    assert "::: sepp_lite.SeppClient" in reference
+
+
+def reference_names() -> set[str]:
+    """What the API reference documents: ``::: sepp_lite.NAME`` directives, the names
+    in their ``members:`` lists, and whole modules (``::: sepp_lite._rejections``)."""
+    names: set[str] = set()
+    for page in (DOCS / "reference").glob("*.md"):
+        text = page.read_text(encoding="utf-8")
+        names.update(re.findall(r"^::: (\S+)$", text, re.MULTILINE))
+        for target, members in re.findall(
+            r"^::: (\S+)\n(?:    .*\n)*?      members:\n((?:        - \S+\n)+)", text, re.M
+        ):
+            names.update(f"{target}.{m}" for m in re.findall(r"- (\S+)", members))
+    return names
+
+
+def test_every_public_name_is_in_the_api_reference() -> None:
+    import sepp_lite
+    import sepp_lite.monitor
+    import sepp_lite.testing
+
+    documented = reference_names()
+    rejections = "sepp_lite._rejections" in documented
+    missing = []
+    for name in sepp_lite.__all__:
+        module = getattr(getattr(sepp_lite, name), "__module__", "")
+        if name == "__version__" or (rejections and module == "sepp_lite._rejections"):
+            continue
+        if f"sepp_lite.{name}" not in documented and f"sepp_lite.errors.{name}" not in documented:
+            missing.append(name)
+    for name in sepp_lite.testing.__all__:
+        if f"sepp_lite.testing.{name}" not in documented:
+            missing.append(f"testing.{name}")
+    assert "sepp_lite.monitor" in documented and "sepp_lite.sync.SeppClient" in documented
+    assert missing == []
 
 
 def test_every_block_runs_or_is_a_setup_command() -> None:

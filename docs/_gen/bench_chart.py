@@ -28,9 +28,9 @@ LABELS = {
 SERIES = (
     ("cpython", "sepp_lite on CPython", "#00897b"),
     ("pypy", "sepp_lite on PyPy", "#ef6c00"),
-    ("nursery", "sepp_lite on PyPy, PYPY_GC_NURSERY=4MB", "#6a1b9a"),
+    ("nursery", "sepp_lite on PyPy, nursery 4MB", "#6a1b9a"),
 )
-WIDTH, LABEL_X, BARS_X, BAR_H, BAR_GAP, GROUP_GAP = 820, 12, 300, 14, 3, 14
+WIDTH, LABEL_X, BARS_X, BAR_H, BAR_GAP, GROUP_GAP = 720, 12, 250, 14, 3, 14
 FONT = {"font-family": "sans-serif", "font-size": "12", "fill": "#1f2933"}
 
 
@@ -123,13 +123,13 @@ def svg(data: dict[str, Any]) -> str:
     peak = max([1.0] + [v for row in cpu + other for _, v in row.values])
     scale = (WIDTH - BARS_X - 60) / (peak * 1.05)
     date = (data.get("machine") or {}).get("date", "")
-    title = "sepp_lite against sepp-py 0.1.0 on CPython (1.0 = the same; lower is better)"
+    title = "sepp_lite against sepp-py 0.1.0 on CPython (1.0 = the same, lower is better)"
     parts = [
         _text(LABEL_X, 22, title, font_size="15", font_weight="bold"),
         _text(LABEL_X, 40, f"make bench, {date}"),
     ]
     for index, (_, name, color) in enumerate(SERIES):
-        x = LABEL_X + index * 250
+        x = LABEL_X + index * 200
         parts.append(f'<rect x="{x}" y="52" width="12" height="12" fill="{color}"/>')
         parts.append(_text(x + 17, 62, name))
     top = 96.0
@@ -144,7 +144,7 @@ def svg(data: dict[str, Any]) -> str:
         f'<line x1="{one:.1f}" y1="{top - 20}" x2="{one:.1f}" y2="{bottom:.1f}" '
         'stroke="#52606d" stroke-dasharray="4 3"/>'
     )
-    parts.append(_text(one + 4, top - 10, "sepp-py = 1.0", fill="#52606d"))
+    parts.append(_text(one - 4, top - 10, "sepp-py = 1.0", fill="#52606d", text_anchor="end"))
     height = bottom + 10
     return (
         f'<svg xmlns="http://www.w3.org/2000/svg" width="{WIDTH}" height="{height:.0f}" '
@@ -180,27 +180,35 @@ def _cpu_table(data: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _latency_rows(workload: dict[str, Any]) -> list[str]:
+    """p50 with the median of the paired ratios (as the chart), p99 as measured."""
+    lines = []
+    for pct, ratio in (("p50", workload.get("p50_pair_ratio_median")), ("p99", None)):
+        mine, theirs = workload.get(f"sepp_lite_{pct}_us"), workload.get(f"sepp_{pct}_us")
+        if mine is not None and theirs is not None:
+            lines.append(
+                f"| {_label(workload['workload'])}: {pct} latency | {mine:.0f} µs "
+                f"| {theirs:.0f} µs | {_x(ratio)} |"
+            )
+    return lines
+
+
 def _other_table(data: dict[str, Any]) -> list[str]:
     lines = ["| measure | sepp_lite | sepp-py | ratio |", "| --- | ---: | ---: | ---: |"]
-    for w in data.get("workloads", []):
-        for pct in ("p50", "p99"):
-            mine, theirs = w.get(f"sepp_lite_{pct}_us"), w.get(f"sepp_{pct}_us")
-            if mine is not None and theirs is not None:
-                lines.append(
-                    f"| {_label(w['workload'])}: {pct} latency | {mine:.0f} µs "
-                    f"| {theirs:.0f} µs | {_x(_ratio(mine, theirs))} |"
-                )
+    for workload in data.get("workloads", []):
+        lines += _latency_rows(workload)
     footprint = data.get("footprint") or {}
-    for key, label, unit in (
-        ("import_ms", "cold import time", "ms"),
-        ("rss_kib", "memory (RSS) after connect", "KiB"),
-        ("installed_mib", "installed size, with dependencies", "MiB"),
+    for key, label, unit, divisor in (
+        ("import_ms", "cold import time", "ms", 1),
+        ("rss_kib", "memory (RSS) after connect", "MiB", 1024),
+        ("installed_mib", "installed size, with dependencies", "MiB", 1),
     ):
         pair = footprint.get(key) or {}
-        if pair.get("sepp_lite") is not None and pair.get("sepp") is not None:
+        mine, theirs = pair.get("sepp_lite"), pair.get("sepp")
+        if mine is not None and theirs is not None:
             lines.append(
-                f"| {label} | {pair['sepp_lite']:.1f} {unit} | {pair['sepp']:.1f} {unit} "
-                f"| {_x(_ratio(pair['sepp_lite'], pair['sepp']))} |"
+                f"| {label} | {mine / divisor:.1f} {unit} | {theirs / divisor:.1f} {unit} "
+                f"| {_x(_ratio(mine, theirs))} |"
             )
     return lines
 

@@ -10,7 +10,7 @@ from typing import Any
 from mkdocs.structure.files import File, Files
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_chart  # noqa: E402
+import bench_chart
 
 TABLE_MARK = "<!-- bench-table -->"
 CHART_PATH = "img/bench.svg"
