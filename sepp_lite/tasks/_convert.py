@@ -84,9 +84,15 @@ def converter(tp: Any) -> Converter:
 # -- dispatch ---------------------------------------------------------------------------
 
 
+# TypedDict key qualifiers (Python 3.11+): the type inside is what travels.
+_QUALIFIERS = {getattr(typing, name, None) for name in ("Required", "NotRequired", "ReadOnly")}
+_QUALIFIERS.discard(None)
+
+
 def _unwrap(tp: Any) -> Any:
     while True:
-        if typing.get_origin(tp) is typing.Annotated:
+        origin = typing.get_origin(tp)
+        if origin is typing.Annotated or (origin is not None and origin in _QUALIFIERS):
             tp = typing.get_args(tp)[0]
         elif hasattr(tp, "__supertype__"):  # typing.NewType
             tp = tp.__supertype__
@@ -503,12 +509,20 @@ def _is_typeddict(tp: type) -> bool:
     return issubclass(tp, dict) and hasattr(tp, "__total__") and hasattr(tp, "__required_keys__")
 
 
+def _required(tp: Any, name: str, hint: Any) -> bool:
+    # With string annotations (from __future__ import annotations) the class cannot
+    # see NotRequired[...] when it is made, so its __required_keys__ may be wrong.
+    qualifier = str(getattr(typing.get_origin(hint), "_name", ""))
+    if qualifier in ("Required", "NotRequired"):
+        return qualifier == "Required"
+    return name in set(tp.__required_keys__)
+
+
 def _typeddict(tp: Any, memo: dict[Any, Converter]) -> Converter:
     hints = _hints(tp)
-    required = set(tp.__required_keys__)
     fields = [
-        _Field(name, conv.dump, conv.load, name in required)
-        for name, conv in ((name, _compile(hint, memo)) for name, hint in hints.items())
+        _Field(name, conv.dump, conv.load, _required(tp, name, hint))
+        for name, hint, conv in ((n, h, _compile(h, memo)) for n, h in hints.items())
     ]
 
     def convert(value: Any, dumping: bool) -> dict[str, Any]:

@@ -127,7 +127,7 @@ class Tasks:
         input_type: Any = None,
         **overrides: Any,
     ) -> Task[Any]:
-        param, hinted, takes_ctx = _signature(fn)
+        param, hinted, takes_ctx = _signature(fn, input_type is None)
         tp = hinted if input_type is None else input_type
         name = fn.__name__ if job_type is None else job_type
         _validate.job_type(name)
@@ -344,8 +344,9 @@ def _merged(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, An
     }
 
 
-def _signature(fn: Callable[..., Any]) -> tuple[str, Any, bool]:
-    """The input's name and annotation, and whether the function takes ``ctx``."""
+def _signature(fn: Callable[..., Any], hinted: bool) -> tuple[str, Any, bool]:
+    """The input's name and (when ``hinted``) annotation, and whether the function
+    takes ``ctx``."""
     if not inspect.iscoroutinefunction(fn):
         raise TypeError(f"{getattr(fn, '__qualname__', fn)!r}: a task must be an async def")
     positional = [
@@ -359,6 +360,8 @@ def _signature(fn: Callable[..., Any]) -> tuple[str, Any, bool]:
             f"got {len(positional)} positional parameter(s)"
         )
     param = positional[0].name
+    if not hinted:
+        return param, None, len(positional) == 2
     try:
         hints = typing.get_type_hints(fn, include_extras=True)
     except NameError as exc:
