@@ -176,6 +176,16 @@ class Task(Generic[I]):
             raise InputError(f"{self.job_type}: {self._param}{_located(error)}") from None
         return Payload(data, self.codec.encoding) if data else None
 
+    def decode(self, data: bytes) -> I:
+        """The input that a payload's ``data`` carries, as the worker reads it (for
+        tools: ``sepp-lite enqueue --tasks`` checks its input so). Raises
+        :class:`~sepp_lite.tasks.InputError` naming the field that does not fit."""
+        try:
+            value: I = self.codec.decode(data)
+        except ValueError as exc:
+            raise InputError(f"{self.job_type}: {self._param}{_located(exc)}") from None
+        return value
+
     def request(
         self,
         input: I,
