@@ -768,3 +768,16 @@ def test_a_timeout_longer_than_the_lease_is_warned_about(caplog: pytest.LogCaptu
         "task long: its timeout (120 s) is longer than the lease (30 s) and auto_extend is "
         "off: a job still running when its lease expires is delivered again"
     ]
+
+
+def test_import_sepp_lite_loads_tasks_only_on_first_use() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, sepp_lite\n"
+        "assert 'sepp_lite.tasks' not in sys.modules\n"
+        "assert sepp_lite.Tasks.__module__ == 'sepp_lite.tasks._registry'\n"
+        "assert sepp_lite.Task.__module__ == 'sepp_lite.tasks._task'\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
