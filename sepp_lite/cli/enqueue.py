@@ -179,6 +179,16 @@ def add_parser(commands: Commands, parents: list[argparse.ArgumentParser]) -> No
     parser.add_argument(
         "--rejected", metavar="FILE", help="with --jsonl: write lines not enqueued to FILE"
     )
+    parser.add_argument(
+        "--tasks",
+        metavar="MODULE:OBJECT",
+        help="a sepp_lite.Tasks: then the arguments are JOB_TYPE [INPUT], the input as the "
+        "task reads it (JSON for a dataclass), checked against its type; queue and "
+        "defaults come from the task",
+    )
+    parser.add_argument(
+        "--app-dir", metavar="DIR", help="with --tasks: import from DIR (default: here)"
+    )
     parser.set_defaults(handler=_cmd_enqueue)
 
 
@@ -255,10 +265,15 @@ def request_from_args(args: argparse.Namespace) -> EnqueueRequest:
 
 
 async def _cmd_enqueue(args: argparse.Namespace) -> int:
-    if args.jsonl is not None:
+    if args.tasks is not None:
+        from sepp_lite.cli.tasks import request_from_task
+
+        request = request_from_task(args)
+    elif args.jsonl is not None:
         _check_enqueue_args(args)
         return await enqueue_jsonl(args)
-    request = request_from_args(args)
+    else:
+        request = request_from_args(args)
     async with await connect(args) as client:
         # The server's limits, so that a job over them is a usage error too.
         info = await client.get_server_info()
