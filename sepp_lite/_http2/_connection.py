@@ -405,7 +405,8 @@ class Connection(asyncio.BufferedProtocol):
                 self._write(transport, batch)
                 batch = []
                 gathered = 0
-                if self._paused:  # write() called pause_writing: the socket is backed up
+                # write() called pause_writing if the socket is backed up (or failed).
+                if self._paused or transport.is_closing():
                     return
         if batch:
             self._write(transport, batch)
@@ -511,8 +512,10 @@ class Connection(asyncio.BufferedProtocol):
             out.clear()
             return
         if out:
-            self._write(transport, out)
+            data = b"".join(out) if len(out) > 1 else out[0]
             out.clear()
+            self._written += len(data)
+            transport.write(data)
             if self._acks_queued:
                 # Owed until the socket has taken every byte up to here.
                 self._acks_owed.extend(itertools.repeat(self._written, self._acks_queued))
