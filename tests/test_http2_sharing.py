@@ -60,8 +60,8 @@ WIDE_OPEN = {Setting.MAX_CONCURRENT_STREAMS: 100, Setting.INITIAL_WINDOW_SIZE: 1
 RCVBUF = 64 << 10
 
 
-def slow_reader(rate: float, **options: Any) -> H2Peer:
-    return H2Peer(settings=WIDE_OPEN, read_rate=rate, rcvbuf=RCVBUF, **options)
+def slow_reader(rate: float) -> H2Peer:
+    return H2Peer(settings=WIDE_OPEN, read_rate=rate, rcvbuf=RCVBUF)
 
 
 async def started(peer: H2Peer, upload: asyncio.Future[Any], received: int) -> PeerConnection:
