@@ -18,7 +18,9 @@ which fields were never-indexed and which HPACK representation carried each).
 * :class:`PeerConnection`: what one connection saw, both ways, in order
   (``timeline``), its requests, and the client's protocol ``violations`` as the peer
   judged them; :meth:`PeerConnection.lowest_windows` replays the timeline to check
-  the client's flow control.
+  the client's flow control. ``read_rate`` (from :class:`H2Peer`, or changed with
+  :meth:`PeerConnection.read_at`) makes it a slow reader, or one that reads nothing:
+  the socket backs up on the client's side while the peer still writes.
 * :func:`silent_peer`, :func:`http1_peer`, :func:`tls_context` (a TLS server is an
   :class:`H2Peer` with ``tls=tls_context()``), :func:`alerting_tls_peer` for the connect
   cases.
@@ -34,6 +36,7 @@ import contextlib
 import enum
 import gc
 import inspect
+import socket
 import ssl
 import struct
 from collections.abc import AsyncIterator, Awaitable, Iterator, Mapping, Sequence
@@ -519,6 +522,9 @@ class PeerConnection(asyncio.Protocol):
         self.streams_after_goaway: list[int] = []
         self.flooded = 0  # bytes of payload written by Flood actions
         self.transport: Optional[asyncio.Transport] = None
+        self.read_rate = peer.read_rate  # bytes a second; None: at once; 0: nothing
+        self.received = 0  # bytes read from the client
+        self._resume: Optional[asyncio.TimerHandle] = None
         self._buffer = bytearray()
         self._preface_seen = False
         self._inbound = 0
@@ -601,6 +607,8 @@ class PeerConnection(asyncio.Protocol):
             self.peer.spawn(self._refill_slowly())
 
     def data_received(self, data: bytes) -> None:
+        self.received += len(data)
+        self._pace(len(data))
         self._buffer += data
         if not self._preface_seen and not self._read_preface():
             return
@@ -619,6 +627,8 @@ class PeerConnection(asyncio.Protocol):
         return None
 
     def connection_lost(self, exc: Optional[Exception]) -> None:
+        if self._resume is not None:
+            self._resume.cancel()
         self.closed.set()
         self._writable.set()
         self._window_changed.set()
@@ -626,6 +636,35 @@ class PeerConnection(asyncio.Protocol):
         for event in self._ping_acks.values():
             event.set()
         self.peer.notify()
+
+    def read_at(self, rate: Optional[float]) -> None:
+        """Read ``rate`` bytes a second from now on (None: as fast as they come; 0:
+        nothing more until told otherwise)."""
+        self.read_rate = rate
+        if self._resume is not None:
+            self._resume.cancel()
+            self._resume = None
+        if self.transport is None or self.transport.is_closing():
+            return
+        if rate == 0:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+
+    def _pace(self, size: int) -> None:
+        """After a read, wait as long as ``read_rate`` says before the next one."""
+        rate = self.read_rate
+        if rate is None or self.transport is None or self.transport.is_closing():
+            return
+        self.transport.pause_reading()
+        if rate > 0:
+            loop = asyncio.get_running_loop()
+            self._resume = loop.call_later(size / rate, self._resume_reading)
+
+    def _resume_reading(self) -> None:
+        self._resume = None
+        if self.transport is not None and not self.transport.is_closing() and self.read_rate:
+            self.transport.resume_reading()
 
     def pause_writing(self) -> None:
         self._writable.clear()
@@ -1189,7 +1228,10 @@ class H2Peer:
     opens its windows as DATA arrives; ``ack_settings`` / ``answer_pings`` whether it
     ACKs the client's SETTINGS and PINGs; ``on_connect`` actions played on every
     connection after the first frames; ``handler`` the answer to each request once
-    its END_STREAM arrived.
+    its END_STREAM arrived; ``read_rate`` how fast each connection reads (bytes a
+    second, None: as fast as the client writes, 0: not at all); ``rcvbuf`` its
+    sockets' SO_RCVBUF (None: the kernel's, which grows to hundreds of KiB ahead of a
+    slow reader).
     """
 
     def __init__(
@@ -1203,6 +1245,8 @@ class H2Peer:
         answer_pings: bool = True,
         on_connect: Sequence[Action] = (),
         tls: Optional[ssl.SSLContext] = None,
+        read_rate: Optional[float] = None,
+        rcvbuf: Optional[int] = None,
     ) -> None:
         self.handler: Handler = handler or valid_answer
         self.settings = settings
@@ -1212,6 +1256,8 @@ class H2Peer:
         self.answer_pings = answer_pings
         self.on_connect = on_connect
         self.tls = tls
+        self.read_rate = read_rate
+        self.rcvbuf = rcvbuf
         self.port = 0
         self.conns: list[PeerConnection] = []
         self.errors: list[BaseException] = []
@@ -1238,7 +1284,15 @@ class H2Peer:
 
     async def __aenter__(self) -> H2Peer:
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(self._accept, "127.0.0.1", 0, ssl=self.tls)
+        if self.rcvbuf is None:
+            self._server = await loop.create_server(self._accept, "127.0.0.1", 0, ssl=self.tls)
+        else:
+            # Set before listen(): accepted sockets inherit it (and it bounds the
+            # receive window they advertise from the start).
+            listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.rcvbuf)
+            listener.bind(("127.0.0.1", 0))
+            self._server = await loop.create_server(self._accept, sock=listener, ssl=self.tls)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
 

@@ -26,9 +26,20 @@ class Http2Config(NamedTuple):
     # A call the server never processed (GOAWAY, REFUSED_STREAM) is sent again, on a
     # new connection when needed, this many times at most, as grpc's transparent retry.
     transparent_retries: int = 3
-    # Control frames (PING and SETTINGS ACKs) are not answered once this much is
-    # waiting to be written: a peer that floods them without reading is cut off.
-    max_pending_writes: int = 4 * 1024 * 1024
+    # ACKs (of the peer's PINGs and SETTINGS) we owe that the socket has not taken yet:
+    # past this many, the peer sends control frames faster than it reads our answers,
+    # a flood (nghttp2's max_outbound_ack, 1000 too). Counted in frames the peer has not
+    # read, not in the size of our send buffer: a large upload to a slow reader fills
+    # that buffer legitimately, and one PING then is no flood.
+    max_outstanding_acks: int = 1000
+    # Request DATA goes to the transport only while its buffer is under this many bytes
+    # (asyncio's pause_writing / resume_writing); the rest of a large request waits in
+    # the stream, so control frames and other calls' chunks are never queued behind it.
+    write_buffer_high: int = 64 * 1024
+    # TCP_NOTSENT_LOWAT: the kernel keeps at most about this much of what we wrote and
+    # it has not sent yet (on TCP sockets where the option exists). Without it a slow
+    # reader lets the kernel take megabytes ahead of a small call's frames.
+    send_lowat: int = 16 * 1024
     # The first stream id (odd); tests start near 2**31 to reach exhaustion quickly.
     first_stream_id: int = 1
 

@@ -11,15 +11,29 @@ Only unary calls are made: a stream carries one request message and one response
 message. What this side sends (frames, flow control, header blocks) is decided here;
 which connection a call uses, reconnecting and retrying are the transport's business
 (``sepp_lite._transport``).
+
+Sending, when one large request shares the connection with small calls:
+
+* Control frames (ACKs, WINDOW_UPDATE, RST_STREAM, GOAWAY, keepalive PINGs), header
+  blocks and a request that fits in one chunk are written at once. Larger requests
+  wait in their stream and go out in chunks, one stream after another
+  (``_pump``), only while the transport's buffer is under ``write_buffer_high``: at
+  most that much DATA is ever ahead of a control frame or of another call.
+* A peer that sends PINGs or SETTINGS faster than it reads our ACKs is cut off by
+  the number of ACKs still unsent (``_answer``), not by how full the send buffer is.
+* Keepalive judges the peer by what it sends: while our PING waits for its ACK,
+  every frame from the peer counts as a sign of life (``_keepalive_timeout``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import enum
 import itertools
 import logging
+import socket
 from typing import Any, Callable, Optional
 
 from sepp_lite._http2 import _frames as f
@@ -105,6 +119,14 @@ def _handshake_problem(data: bytes) -> Optional[HandshakeFailure]:
 # costs an mmap, an mremap and a munmap per answer.
 _READ_BUFFER = 64 * 1024
 
+# The largest DATA frame we write, whatever larger frames the peer allows: a request
+# is sent in chunks of this size, one stream after another, so no call waits behind
+# more than one chunk of each other call (nghttp2 uses the same 16 KiB). A request up
+# to this size is one frame, written with its HEADERS.
+_DATA_CHUNK = f.DEFAULT_MAX_FRAME
+# DATA is gathered into writes of about this size while the transport takes it.
+_WRITE_BATCH = 64 * 1024
+
 
 class Connection(asyncio.BufferedProtocol):
     """One HTTP/2 connection to a gRPC server, for unary calls (client side)."""
@@ -129,6 +151,12 @@ class Connection(asyncio.BufferedProtocol):
         self._read_into: Optional[memoryview] = None
         self._out: list[bytes] = []
         self._flush_pending = False
+        self._paused = False  # the transport's buffer is over write_buffer_high
+        self._written = 0  # bytes handed to the transport, ever
+        # ACKs queued in _out, and the end offsets (in _written) of the ACKs written
+        # that the socket may not have taken yet: see _answer.
+        self._acks_queued = 0
+        self._acks_owed: collections.deque[int] = collections.deque()
         self._streams: dict[int, Stream] = {}
         self._next_id = config.first_stream_id
         self._goaway_last = f.MAX_STREAM_ID  # streams above it were not processed
@@ -150,9 +178,14 @@ class Connection(asyncio.BufferedProtocol):
         # counts slots promised to waiters that were woken but have not run yet.
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._reserved = 0
-        self._blocked: dict[int, Stream] = {}  # streams with request bytes awaiting window
+        # Streams with request bytes to send: those with stream window take turns in
+        # _ready (the connection window may still hold them all back); those whose
+        # stream window is used up wait in _blocked for a WINDOW_UPDATE.
+        self._ready: collections.deque[Stream] = collections.deque()
+        self._blocked: dict[int, Stream] = {}
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._ping_payload: Optional[bytes] = None
+        self._last_heard = 0.0  # loop time of the last read while our PING is unanswered
         self._settings_unacked = 0
 
     # -- asyncio.Protocol ---------------------------------------------------------------
@@ -160,6 +193,8 @@ class Connection(asyncio.BufferedProtocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         config = self._config
+        transport.set_write_buffer_limits(high=config.write_buffer_high)  # type: ignore[attr-defined]
+        _limit_unsent(transport, config.send_lowat)
         ours = {
             f.ENABLE_PUSH: 0,
             f.HEADER_TABLE_SIZE: config.header_table_size,
@@ -186,6 +221,8 @@ class Connection(asyncio.BufferedProtocol):
     def data_received(self, data: bytes) -> None:
         if self.state is ConnectionState.CLOSED:
             return
+        if self._ping_payload is not None:
+            self._last_heard = self._loop.time()  # a sign of life: see _keepalive_timeout
         buf = self._buf
         if buf:  # the start of a frame came with an earlier read
             buf += data
@@ -201,7 +238,17 @@ class Connection(asyncio.BufferedProtocol):
             return
         if used < len(data):
             buf += data[used:]  # at most one frame's start: _read_frames checked its size
-        if self._out:
+        if self._out or self._ready:
+            self._flush()
+
+    def pause_writing(self) -> None:
+        # The transport holds more than write_buffer_high: the socket is backed up.
+        # Request DATA stops here; control frames still go (see _flush).
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._ready and self.state is not ConnectionState.CLOSED:
             self._flush()
 
     def eof_received(self) -> bool:
@@ -296,19 +343,21 @@ class Connection(asyncio.BufferedProtocol):
         self._out.append(f.header_frames(stream_id, block, self._peer_max_frame, False))
         body = b"\0" + len(message).to_bytes(4, "big") + message
         size = len(body)
-        if (
-            size <= self._peer_max_frame
-            and size <= stream.send_window
-            and size <= self._send_window
-        ):
-            # The common case: the whole request fits in one DATA frame now.
+        if size <= _DATA_CHUNK and size <= stream.send_window and size <= self._send_window:
+            # The common case: the whole request is one chunk, and the windows take it.
+            # It goes with its HEADERS even while the socket is backed up: one chunk is
+            # what its turn in _pump would give it, and memory stays bounded (one such
+            # frame per stream, a copy of a message its caller holds anyway).
             self._out.append(f.frame(f.DATA, f.END_STREAM, stream_id, body))
             stream.send_window -= size
             self._send_window -= size
             stream.sent_end = True
         else:
             stream.pending = memoryview(body)
-            self._send_pending(stream)
+            if stream.send_window > 0:
+                self._ready.append(stream)
+            else:
+                self._blocked[stream_id] = stream
         if len(self._streams) == 1 and not self._flush_pending:
             self._flush()  # a lone call: nothing to gather its frames with
         elif not self._flush_pending:
@@ -317,35 +366,57 @@ class Connection(asyncio.BufferedProtocol):
             self._loop.call_soon(self._flush)
         return stream
 
-    def _send_pending(self, stream: Stream) -> None:
-        """Send as much of ``stream``'s request as the windows and frame size allow."""
-        pending = stream.pending
-        assert pending is not None
-        sent = 0
-        while sent < len(pending):
-            size = min(
-                len(pending) - sent, self._peer_max_frame, stream.send_window, self._send_window
-            )
-            if size <= 0:
-                stream.pending = pending[sent:]
+    def _pump(self, transport: asyncio.Transport) -> None:
+        """Write request DATA: one chunk of each ready stream in turn, until the
+        transport is backed up, the connection window is used up or nothing is left.
+
+        Why in turns: streams served in arrival order let one large upload take every
+        reopening of the window and every write, and a small call behind it waits for
+        all of it. Why stop at pause_writing: what sits in the transport's buffer is
+        ahead of everything written later, control frames included, so it is kept to
+        about write_buffer_high (plus one batch) instead of whole messages."""
+        ready = self._ready
+        batch: list[bytes] = []
+        gathered = 0
+        while ready and self._send_window > 0:
+            stream = ready.popleft()
+            pending = stream.pending
+            if pending is None:
+                continue  # the stream ended or was reset while it waited its turn
+            size = min(len(pending), _DATA_CHUNK, stream.send_window, self._send_window)
+            if size <= 0:  # a SETTINGS change left its window at or below zero
                 self._blocked[stream.id] = stream
-                return
-            end = sent + size == len(pending)
-            chunk = bytes(pending[sent : sent + size])
-            self._out.append(f.frame(f.DATA, f.END_STREAM if end else 0, stream.id, chunk))
+                continue
             stream.send_window -= size
             self._send_window -= size
-            sent += size
-        stream.pending = None
-        stream.sent_end = True
-        self._blocked.pop(stream.id, None)
+            if size == len(pending):
+                batch.append(f.data(stream.id, pending, True))
+                stream.pending = None
+                stream.sent_end = True
+            else:
+                batch.append(f.data(stream.id, pending[:size], False))
+                stream.pending = pending[size:]
+                if stream.send_window > 0:
+                    ready.append(stream)  # its next chunk after the other streams' turns
+                else:
+                    self._blocked[stream.id] = stream
+            gathered += size
+            if gathered >= _WRITE_BATCH:
+                self._write(transport, batch)
+                batch = []
+                gathered = 0
+                # write() called pause_writing if the socket is backed up (or failed).
+                if self._paused or transport.is_closing():
+                    return
+        if batch:
+            self._write(transport, batch)
 
     def _unblock(self) -> None:
-        for stream in list(self._blocked.values()):
-            if self._send_window <= 0:
-                break
-            if stream.send_window > 0:
-                self._send_pending(stream)
+        """Streams whose window a SETTINGS change reopened take their turns again."""
+        blocked = self._blocked
+        for stream in [s for s in blocked.values() if s.send_window > 0]:
+            del blocked[stream.id]
+            self._ready.append(stream)
 
     async def _wait_for_slot(self, deadline_at: float) -> None:
         waiter: asyncio.Future[None] = self._loop.create_future()
@@ -400,6 +471,7 @@ class Connection(asyncio.BufferedProtocol):
             self._remove(stream)
 
     def _reset(self, stream: Stream, code: int) -> None:
+        # Through _out, never behind the stream's own unsent DATA (_remove drops it).
         self._out.append(f.rst_stream(stream.id, code))
         if not self._flush_pending:
             self._flush_pending = True
@@ -424,19 +496,37 @@ class Connection(asyncio.BufferedProtocol):
         if self._streams.pop(stream.id, None) is None:
             return
         self._blocked.pop(stream.id, None)
+        stream.pending = None  # if it still waits in _ready, _pump skips it
         if self._waiters:
             self._wake_waiters()
         if self.state is ConnectionState.DRAINING and not self._streams:
             self.close()
 
     def _flush(self) -> None:
+        """Write the queued frames (control frames, header blocks, one-chunk requests)
+        whether or not the transport is backed up, then request DATA while it is not."""
         self._flush_pending = False
         out = self._out
-        if out:
-            transport = self._transport
-            if transport is not None and not transport.is_closing():
-                transport.write(b"".join(out) if len(out) > 1 else out[0])
+        transport = self._transport
+        if transport is None or transport.is_closing():
             out.clear()
+            return
+        if out:
+            data = b"".join(out) if len(out) > 1 else out[0]
+            out.clear()
+            self._written += len(data)
+            transport.write(data)
+            if self._acks_queued:
+                # Owed until the socket has taken every byte up to here.
+                self._acks_owed.extend(itertools.repeat(self._written, self._acks_queued))
+                self._acks_queued = 0
+        if self._ready and not self._paused:
+            self._pump(transport)
+
+    def _write(self, transport: asyncio.Transport, frames: list[bytes]) -> None:
+        data = b"".join(frames) if len(frames) > 1 else frames[0]
+        self._written += len(data)
+        transport.write(data)
 
     # -- reading frames -------------------------------------------------------------------
 
@@ -607,8 +697,7 @@ class Connection(asyncio.BufferedProtocol):
             self._send_window += increment
             if self._send_window > f.MAX_WINDOW:
                 raise ProtocolViolation(f.FLOW_CONTROL_ERROR, "the connection window overflowed")
-            self._unblock()
-            return
+            return  # streams held back by it are still in _ready: data_received pumps
         stream = self._known_stream(stream_id, "WINDOW_UPDATE")
         if stream is None:
             return
@@ -618,8 +707,8 @@ class Connection(asyncio.BufferedProtocol):
             self._complete(stream, CallFailure(Status.INTERNAL, f"the server sent {problem}"))
             return
         stream.send_window += increment
-        if stream.pending is not None:
-            self._send_pending(stream)
+        if stream.send_window > 0 and self._blocked.pop(stream_id, None) is not None:
+            self._ready.append(stream)  # data_received's flush gives it its turn
 
     def _on_ping(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id != 0:
@@ -633,16 +722,29 @@ class Connection(asyncio.BufferedProtocol):
             self._cancel_timer("ping-ack")
             self._timer("ping", self._keepalive.time, self._send_keepalive)
 
-    def _answer(self, control: bytes) -> None:
-        """Queue an ACK, unless a peer that floods us stopped reading our answers."""
-        transport = self._transport
-        if transport is not None and (
-            transport.get_write_buffer_size() > self._config.max_pending_writes
-        ):
+    def _answer(self, ack: bytes) -> None:
+        """Queue an ACK the peer asked for: written with the next flush, ahead of any
+        request DATA still waiting in its stream (see _flush), so a slow reader that
+        pings during a large upload is answered, never refused.
+
+        Why a count: each ACK answers a frame the peer sent, so a peer that sends PINGs
+        or SETTINGS and does not read makes us buffer ACKs without end. As nghttp2
+        bounds it, what counts is ACKs the socket has not taken yet (the peer has not
+        read what is ahead of them): past ``max_outstanding_acks`` it is a flood. The
+        size of our send buffer says nothing about the peer: a large upload to a slow
+        reader fills it, and the peer's PING then is no flood."""
+        owed = self._acks_owed
+        if owed:
+            transport = self._transport
+            taken = self._written - (transport.get_write_buffer_size() if transport else 0)
+            while owed and owed[0] <= taken:
+                owed.popleft()
+        if len(owed) + self._acks_queued >= self._config.max_outstanding_acks:
             raise ProtocolViolation(
                 f.ENHANCE_YOUR_CALM, "the server floods control frames without reading"
             )
-        self._out.append(control)
+        self._acks_queued += 1
+        self._out.append(ack)
 
     def _on_settings(self, flags: int, stream_id: int, payload: bytes) -> None:
         if stream_id != 0:
@@ -757,14 +859,29 @@ class Connection(asyncio.BufferedProtocol):
             return
         self._ping_payload = next(_PING_IDS).to_bytes(8, "big")
         self._out.append(f.ping(self._ping_payload))
-        self._flush()
+        self._flush()  # ahead of request DATA still waiting in its stream
+        self._last_heard = self._loop.time()
         self._timer("ping-ack", self._keepalive.timeout, self._keepalive_timeout)
 
     def _keepalive_timeout(self) -> None:
+        """keepalive_timeout after our PING (or after the last frame heard since).
+
+        Why any frame counts: our PING may sit behind request DATA in the socket
+        buffers of a slow reader, which cannot ACK what it has not read yet; a peer
+        that goes on sending (WINDOW_UPDATEs as it reads, its own PINGs) is alive.
+        A peer that sends nothing for keepalive_timeout after our PING is dead, so a
+        connection that only sends is dropped once it heard nothing for at most
+        keepalive_time + keepalive_timeout (the PING leaves keepalive_time after the
+        last ACK)."""
         self._timers.pop("ping-ack", None)
-        self._abort(
-            f"the server did not answer a keepalive ping within {self._keepalive.timeout:g} s"
-        )
+        timeout = self._keepalive.timeout
+        wait = self._last_heard + timeout - self._loop.time()
+        if wait > 0:
+            self._timer("ping-ack", wait, self._keepalive_timeout)
+            return
+        # hard: a dead peer reads nothing, and a transport that waits to write its
+        # buffer first would keep the socket open for as long as that lasts.
+        self._abort(f"the server did not answer a keepalive ping within {timeout:g} s", hard=True)
 
     def _settings_timeout(self) -> None:
         self._timers.pop("settings", None)
@@ -790,8 +907,7 @@ class Connection(asyncio.BufferedProtocol):
             return
         if reason:
             self._close_reason = reason
-        self._out.append(f.goaway(0, f.NO_ERROR))
-        self._flush()
+        self._last_words(f.goaway(0, f.NO_ERROR))
         if self._transport is not None:
             self._transport.close()
         self._closed()
@@ -803,17 +919,34 @@ class Connection(asyncio.BufferedProtocol):
         self._closed()
 
     def _fail_connection(self, code: int, message: str) -> None:
-        """A connection error: tell the peer why, then drop the connection."""
+        """A connection error: tell the peer why, then drop the connection. After a
+        flood (ENHANCE_YOUR_CALM) the socket is not kept for the GOAWAY to be read:
+        that peer does not read (see _abort)."""
         logger.debug("%s: HTTP/2 connection error %s: %s", self.label, f.error_name(code), message)
-        self._out.append(f.goaway(0, code, message.encode("utf-8")[:200]))
-        self._flush()
-        self._abort(f"HTTP/2 protocol error: {message}")
+        self._last_words(f.goaway(0, code, message.encode("utf-8")[:200]))
+        self._abort(f"HTTP/2 protocol error: {message}", hard=code == f.ENHANCE_YOUR_CALM)
 
-    def _abort(self, reason: str) -> None:
+    def _last_words(self, goaway: bytes) -> None:
+        """Write a GOAWAY after what is queued, and no request DATA after it: the
+        streams still waiting to send fail as the connection closes."""
+        self._ready.clear()
+        self._blocked.clear()
+        self._out.append(goaway)
+        self._flush()
+
+    def _abort(self, reason: str, hard: bool = False) -> None:
+        """End the connection. ``hard``: the peer is not reading, so when the transport
+        still holds bytes the socket is dropped (RST) instead of closed after them,
+        which would keep it open for as long as the peer does not read."""
         self._close_reason = reason
-        if self._transport is not None:
+        transport = self._transport
+        if transport is not None:
+            self._ready.clear()
             self._flush()
-            self._transport.close()
+            if hard and transport.get_write_buffer_size():
+                transport.abort()
+            else:
+                transport.close()
         self._closed()
 
     def _closed(self) -> None:
@@ -823,6 +956,8 @@ class Connection(asyncio.BufferedProtocol):
         for timer in self._timers.values():
             timer.cancel()
         self._timers.clear()
+        self._ready.clear()
+        self._blocked.clear()
         reason = self._close_reason
         if not self.ready.done():
             self.ready.set_exception(HandshakeFailure(reason))
@@ -838,6 +973,19 @@ class Connection(asyncio.BufferedProtocol):
         for waiter in waiters:
             if not waiter.done():
                 waiter.set_exception(not_processed(reason))
+
+
+def _limit_unsent(transport: asyncio.BaseTransport, lowat: int) -> None:
+    """Set TCP_NOTSENT_LOWAT on a TCP socket: the kernel then takes little more than
+    ``lowat`` bytes that it cannot send yet, and the rest of a large upload waits in
+    its stream, where small calls and control frames can still go ahead of it."""
+    option = getattr(socket, "TCP_NOTSENT_LOWAT", None)
+    sock = transport.get_extra_info("socket")
+    if not lowat or option is None or sock is None:
+        return
+    if sock.family in (socket.AF_INET, socket.AF_INET6):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, option, lowat)
 
 
 def _retrieve(future: asyncio.Future[None]) -> None:

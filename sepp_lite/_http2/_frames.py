@@ -91,6 +91,13 @@ def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
     return _HEADER.pack(size >> 8, size & 0xFF, kind, flags, stream_id) + payload
 
 
+def data(stream_id: int, chunk: bytes | memoryview, end: bool) -> bytes:
+    """A DATA frame; ``chunk`` may be a slice of a larger request (one copy)."""
+    size = len(chunk)
+    flags = END_STREAM if end else 0
+    return _HEADER.pack(size >> 8, size & 0xFF, DATA, flags, stream_id) + chunk
+
+
 def settings(values: dict[int, int]) -> bytes:
     return frame(SETTINGS, 0, 0, b"".join(_SETTING.pack(key, v) for key, v in values.items()))
 
