@@ -71,12 +71,14 @@ official: install
 demo: install-runtime
 	$(VENV)/bin/sepp-lite demo $(DEMO_ARGS)
 
-# A wheel of sepp_lite in dist/, to `pip install` on machines without a clone.
+# A wheel of sepp_lite in dist/ (DIST=dir for another folder), to `pip install` on
+# machines without a clone, and what deploy/docker/Dockerfile installs.
+DIST ?= dist
 dist:
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	rm -rf dist
-	$(PY) -m pip wheel -q --no-deps --wheel-dir dist .
-	@ls dist/*.whl
+	rm -rf $(DIST)
+	$(PY) -m pip wheel -q --no-deps --wheel-dir $(DIST) .
+	@ls $(DIST)/*.whl
 
 bench: install
 	$(PY) bench/run.py $(BENCH_ARGS)
