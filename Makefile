@@ -10,7 +10,7 @@ PROTO_PY := $(PROTO_VENV)/bin/python
 
 .DEFAULT_GOAL := check
 .PHONY: install install-runtime proto proto-check lint format typecheck test official demo \
-	dist bench soak check clean
+	dist bench soak foreign-arch check clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -87,6 +87,13 @@ bench: install
 # worker memory sampled (SOAK_ARGS="--minutes 3 --jobs 30000" for a shorter run).
 soak: install
 	$(PY) bench/soak.py $(SOAK_ARGS)
+
+# `sepp-lite demo` and the client test suites on another CPU architecture (a Debian
+# name: s390x, riscv64 with SUITE=trixie, ...) under qemu user emulation, in a Debian
+# root of it; needs root or sudo (.ci/foreign-arch says what it installs and where).
+ARCH ?= s390x
+foreign-arch:
+	.ci/foreign-arch $(ARCH)
 
 check: lint typecheck test
 

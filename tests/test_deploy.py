@@ -412,8 +412,11 @@ def image_env() -> dict[str, str]:
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The wheel ``make dist`` writes (into a folder of this test run's)."""
     dist = tmp_path_factory.mktemp("dist")
+    # Under `make test` the outer make's flags and command-line variables must not leak in.
+    outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "VENV", "PYTHON", "EXTRAS")
     done = subprocess.run(
         ["make", "-C", str(ROOT), "dist", f"PY={sys.executable}", f"DIST={dist}"],
+        env={k: v for k, v in os.environ.items() if k not in outer},
         capture_output=True,
         text=True,
         timeout=300,
