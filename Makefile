@@ -7,10 +7,13 @@ PY := $(VENV)/bin/python
 EXTRAS ?= dev
 PROTO_VENV ?= .venv-proto
 PROTO_PY := $(PROTO_VENV)/bin/python
+DOCS_VENV ?= .venv-docs
+DOCS_PY := $(DOCS_VENV)/bin/python
+DOCS_PORT ?= 8000
 
 .DEFAULT_GOAL := check
 .PHONY: install install-runtime proto proto-check lint format typecheck test official demo \
-	dist bench soak foreign-arch check clean
+	dist bench soak docs docs-serve foreign-arch check clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -48,12 +51,12 @@ proto-check: proto
 	test -z "$$(git status --porcelain -- sepp_lite/_proto)"
 
 lint: install
-	$(VENV)/bin/ruff check sepp_lite _sepp_lite_pytestplugin.py tests bench
-	$(VENV)/bin/ruff format --check sepp_lite _sepp_lite_pytestplugin.py tests bench
+	$(VENV)/bin/ruff check sepp_lite _sepp_lite_pytestplugin.py tests bench docs/_gen
+	$(VENV)/bin/ruff format --check sepp_lite _sepp_lite_pytestplugin.py tests bench docs/_gen
 
 format: install
-	$(VENV)/bin/ruff check --fix sepp_lite _sepp_lite_pytestplugin.py tests bench
-	$(VENV)/bin/ruff format sepp_lite _sepp_lite_pytestplugin.py tests bench
+	$(VENV)/bin/ruff check --fix sepp_lite _sepp_lite_pytestplugin.py tests bench docs/_gen
+	$(VENV)/bin/ruff format sepp_lite _sepp_lite_pytestplugin.py tests bench docs/_gen
 
 typecheck: install
 	$(VENV)/bin/mypy
@@ -88,6 +91,22 @@ bench: install
 soak: install
 	$(PY) bench/soak.py $(SOAK_ARGS)
 
+# The documentation site (mkdocs.yml, docs/) into site/, with the pinned tools of the
+# `docs` extra in a venv of their own. Strict: a warning, a broken link or an unresolved
+# reference fails the build. (Material's banner about its successor is switched off.)
+$(DOCS_VENV)/.installed: pyproject.toml
+	test -x $(DOCS_PY) || $(PYTHON) -m venv $(DOCS_VENV)
+	$(DOCS_PY) -m pip install -q --upgrade pip
+	$(DOCS_PY) -m pip install -q -e '.[docs]'
+	touch $@
+
+docs: $(DOCS_VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs build --strict --clean --site-dir site
+
+# Serve the site on 127.0.0.1:$(DOCS_PORT), rebuilt on every change.
+docs-serve: $(DOCS_VENV)/.installed
+	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve --strict --dev-addr 127.0.0.1:$(DOCS_PORT)
+
 # `sepp-lite demo` and the client test suites on another CPU architecture (a Debian
 # name: s390x, riscv64 with SUITE=trixie, ...) under qemu user emulation, in a Debian
 # root of it; needs root or sudo (.ci/foreign-arch says what it installs and where).
@@ -98,4 +117,4 @@ foreign-arch:
 check: lint typecheck test
 
 clean:
-	rm -rf $(VENV) $(PROTO_VENV) .mypy_cache .ruff_cache .hypothesis dist
+	rm -rf $(VENV) $(PROTO_VENV) $(DOCS_VENV) site .mypy_cache .ruff_cache .hypothesis dist

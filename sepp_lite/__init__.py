@@ -29,6 +29,7 @@ from sepp_lite.errors import (
     MalformedResponseError,
     MalformedServerInfoError,
     OverloadedError,
+    RequestTooLargeError,
     ReserveError,
     ResponseTooLargeError,
     SeppError,
@@ -62,6 +63,7 @@ if typing.TYPE_CHECKING:
     # What _LAZY below loads on first use, for type checkers.
     from sepp_lite.errors import *  # noqa: F403
     from sepp_lite.shutdown import ShutdownHandle, shutdown_on_signals
+    from sepp_lite.tasks import Task, Tasks
     from sepp_lite.worker import DuplicateHandlerError, HandlerError, Worker
 
 __all__ = [
@@ -108,6 +110,7 @@ __all__ = [
     "QueueClosing",
     "QueueFull",
     "QueueNameTooLong",
+    "RequestTooLargeError",
     "ReserveError",
     "ReserveOptions",
     "ResponseTooLargeError",
@@ -120,6 +123,8 @@ __all__ = [
     "ServerInfoError",
     "ServerInternalError",
     "ShutdownHandle",
+    "Task",
+    "Tasks",
     "TraceContext",
     "TraceContextError",
     "TransportError",
@@ -134,9 +139,10 @@ __all__ = [
 ]
 
 # Loaded on first use, so ``import sepp_lite`` does not pay for what only some programs
-# need: the Worker, and the rejection values (sepp_lite/_rejections.py says why).
+# need: the Worker, typed tasks, and the rejection values (sepp_lite/_rejections.py says why).
 _LAZY = dict.fromkeys(("DuplicateHandlerError", "HandlerError", "Worker"), "sepp_lite.worker")
 _LAZY.update(dict.fromkeys(("ShutdownHandle", "shutdown_on_signals"), "sepp_lite.shutdown"))
+_LAZY.update(dict.fromkeys(("Task", "Tasks"), "sepp_lite.tasks"))
 _LAZY.update(dict.fromkeys(set(__all__) - set(globals()) - set(_LAZY), "sepp_lite.errors"))
 
 

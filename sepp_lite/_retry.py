@@ -12,12 +12,20 @@ not import this module, which imports it.
 from __future__ import annotations
 
 import asyncio
+import ssl
 from collections.abc import Awaitable, Iterator
 from datetime import timedelta
 from typing import Callable, TypeVar
 
 from sepp_lite import _otel
-from sepp_lite.errors import ClientError, SeppError, Status, UnknownQueuesError
+from sepp_lite.errors import (
+    ClientError,
+    ConnectError,
+    SeppError,
+    Status,
+    TransportError,
+    UnknownQueuesError,
+)
 from sepp_lite.types import RetryPolicy
 
 T = TypeVar("T")
@@ -26,6 +34,9 @@ logger = _otel.logger()
 RETRYABLE_CODES = frozenset(
     {Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.ABORTED, Status.RESOURCE_EXHAUSTED}
 )
+
+# The statuses of a call that found no server to answer it.
+UNREACHABLE_CODES = frozenset({Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED})
 
 # Whether the client's RetryPolicy applies to each RPC. A reserve's lost answer would
 # strand the jobs it leased (and its long poll is a wait of its own); a drain deletes
@@ -52,6 +63,9 @@ PERMANENT_CODES = frozenset(
 # under EARLY_EMPTY_S (a server shutting down answers at once) is followed by
 # EARLY_EMPTY_PAUSE_S, so the poll loop cannot spin.
 DEFAULT_RESERVE_ERROR_BACKOFF = timedelta(seconds=1)
+# How long a Worker starting up keeps trying to reach a server it cannot reach (a
+# compose or Kubernetes start order starts workers and server together).
+DEFAULT_WAIT_FOR_SERVER = timedelta(seconds=60)
 EARLY_EMPTY_S = 0.1
 EARLY_EMPTY_PAUSE_S = 0.25
 
@@ -71,6 +85,16 @@ def is_permanent(error: SeppError) -> bool:
     if isinstance(error, UnknownQueuesError):
         return True
     return getattr(error, "code", None) in PERMANENT_CODES
+
+
+def is_unreachable(error: SeppError) -> bool:
+    """Whether ``error`` says the server could not be reached (no connection, or no
+    answer in time), rather than that it answered: what a worker starting up waits
+    out."""
+    if isinstance(error, ConnectError):
+        # A TLS mismatch or a certificate refused is a setting to fix, not a wait.
+        return error.server_uses_tls is None and not isinstance(error.__cause__, ssl.SSLError)
+    return isinstance(error, TransportError) and error.code in UNREACHABLE_CODES
 
 
 def backoff_delays(

@@ -51,7 +51,8 @@ class CallFailure(Exception):
     may have applied the request; ``None`` leaves that to the status.
     ``not_processed`` marks a call the server never handed to its application (a
     stream above a GOAWAY's last stream id, REFUSED_STREAM, a call that never got a
-    stream): it is safe to send again anywhere.
+    stream): it is safe to send again anywhere. ``retry_after`` is set when the
+    transport will not try to connect again before that many seconds.
     """
 
     def __init__(
@@ -69,6 +70,7 @@ class CallFailure(Exception):
         self.local = local
         self.ambiguous = ambiguous
         self.not_processed = not_processed
+        self.retry_after: Optional[float] = None  # a connect backoff's wait, in seconds
 
 
 def not_processed(message: str) -> CallFailure:

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import re
+import socket
 import ssl
 import sys
 from typing import NamedTuple, Optional, Protocol
@@ -53,27 +56,56 @@ class Target(NamedTuple):
         return f"{host}:{self.port}"
 
 
+_ADDRESS_FORMS = "host:port, http://host:port, https://host[:port] or unix:/path"
+
+
+def _bad_address(addr: str, problem: str) -> ValueError:
+    """The error for a malformed address: the whole address, then what is wrong."""
+    return ValueError(f"cannot parse the address {addr!r}: {problem} (expected {_ADDRESS_FORMS})")
+
+
 def parse_address(addr: str) -> Target:
     """Parse ``host:port``, ``http://host:port``, ``https://host[:port]``,
-    ``dns:///host:port``, ``[v6]:port`` or ``unix:/path``; raise ``ValueError``. A
-    missing port means 443, as in grpc."""
+    ``dns:///host:port``, ``[v6]:port`` or ``unix:/path``; raise ``ValueError`` naming
+    the whole address and what is wrong with it. A missing port means 443, as in grpc."""
     rest, tls = addr, False
     for prefix, is_tls in (("http://", False), ("https://", True), ("dns:///", False)):
         if rest.startswith(prefix):
             rest, tls = rest[len(prefix) :], is_tls
             break
+    else:
+        scheme, sep, _ = rest.partition("://")
+        if sep:
+            raise _bad_address(addr, f"unknown scheme {scheme + '://'!r}")
     if rest.startswith("unix:"):
         path = rest[len("unix:") :]
         if not path.strip("/"):
-            raise ValueError(f"cannot parse the address {addr!r}: expected unix:/path")
+            raise _bad_address(addr, "no socket path after unix:")
         return Target(None, None, path, tls)
-    host, port_text = _split_host_port(rest.rstrip("/"), addr)
+    rest = _without_path(rest, addr)
+    host, port_text = _split_host_port(rest, addr)
     host = _ascii_host(host, addr)
     if port_text is None:
         return Target(host, 443, tls=tls)
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"cannot parse the address {addr!r}: bad port {port_text!r}")
-    return Target(host, int(port_text), tls=tls)
+    return Target(host, _port(port_text, addr), tls=tls)
+
+
+def _without_path(rest: str, addr: str) -> str:
+    """``host:port`` without a trailing ``/``; a path after it is an error."""
+    host_port, slash, path = rest.partition("/")
+    if slash and path.strip("/"):
+        raise _bad_address(addr, f"it has a path ({'/' + path!r}), which a gRPC address cannot")
+    return host_port
+
+
+def _port(text: str, addr: str) -> int:
+    if not text:
+        raise _bad_address(addr, "the port is empty")
+    if not text.isdigit():
+        raise _bad_address(addr, f"the port {text!r} is not a number")
+    if not 0 < int(text) < 65536:
+        raise _bad_address(addr, f"the port {text} is out of range (1 to 65535)")
+    return int(text)
 
 
 def _ascii_host(host: str, addr: str) -> str:
@@ -84,22 +116,26 @@ def _ascii_host(host: str, addr: str) -> str:
     try:
         return host.encode("idna").decode("ascii")
     except UnicodeError:
-        raise ValueError(f"cannot parse the address {addr!r}: invalid host name") from None
+        raise _bad_address(addr, f"invalid host name {host!r}") from None
 
 
 def _split_host_port(rest: str, addr: str) -> tuple[str, str | None]:
     """``host`` and the port text (``None`` when there is no ``:port`` at all)."""
     if rest.startswith("["):
         host, bracket, tail = rest[1:].partition("]")
-        if not bracket or (tail and not tail.startswith(":")):
-            raise ValueError(f"cannot parse the address {addr!r}: expected [v6-address]:port")
+        if not bracket:
+            raise _bad_address(addr, "an IPv6 address has no closing ']'")
+        if tail and not tail.startswith(":"):
+            raise _bad_address(addr, f"expected ':port' after ']', got {tail!r}")
+        if not host:
+            raise _bad_address(addr, "the IPv6 address in [] is empty")
         port_text = tail[1:] if tail else None
     else:
         host, sep, port_text_or_host = rest.rpartition(":")
         port_text = port_text_or_host if sep else None
         host = host if sep else rest
-    if not host or "/" in host:
-        raise ValueError(f"cannot parse the address {addr!r}: expected host:port")
+    if not host:
+        raise _bad_address(addr, "it has no host")
     return host, port_text
 
 
@@ -129,27 +165,80 @@ def tls_context(ca_cert: bytes | None) -> ssl.SSLContext:
     return context
 
 
+# The one sentence for each TLS mismatch, whichever way the transport found it out.
+SERVER_USES_TLS = (
+    "the server uses TLS (it answered a plaintext connection in TLS): connect with "
+    "tls=True or an https:// address"
+)
+SERVER_IS_PLAINTEXT = (
+    "the server does not use TLS (it answered the TLS handshake in plaintext): connect "
+    "without TLS, to host:port or http://host:port"
+)
+
+
 def describe_connect_failure(exc: BaseException) -> tuple[str, Optional[bool]]:
     """A one-line reason for a failed connect (never containing credentials), and
     whether the failure says the server does (True) or does not (False) use TLS."""
     if isinstance(exc, HandshakeFailure):
-        return exc.reason, exc.server_uses_tls
+        if exc.server_uses_tls is not None:
+            return (SERVER_USES_TLS if exc.server_uses_tls else SERVER_IS_PLAINTEXT), (
+                exc.server_uses_tls
+            )
+        return exc.reason, None
     if isinstance(exc, ssl.SSLCertVerificationError):
         return f"TLS certificate verification failed: {exc.verify_message}", None
     if isinstance(exc, ssl.SSLError):
         reason = exc.reason or str(exc)
         if reason in _PLAINTEXT_PEER:
-            return (
-                f"TLS handshake failed ({reason}): is the server using TLS? It answered in "
-                "plaintext: connect without TLS (http://)",
-                False,
-            )
+            return SERVER_IS_PLAINTEXT, False
         return f"TLS handshake failed: {reason}", None
-    if isinstance(exc, ConnectionRefusedError):
-        return "connection refused", None
-    if isinstance(exc, OSError) and exc.__class__.__name__ == "gaierror":
-        return f"cannot resolve the host name: {exc.strerror or exc}", None
+    if isinstance(exc, OSError):
+        return network_error_words(exc), None
     return f"{exc.__class__.__name__}: {exc}", None
+
+
+# What a failed connect's errno means, in words (the C library's texts name the
+# symptom, not what to check).
+_NETWORK_ERRORS = {
+    errno.ECONNREFUSED: "connection refused",
+    errno.ENETUNREACH: "the network is unreachable (this machine has no route to it)",
+    errno.EHOSTUNREACH: "the host is unreachable (it is down, or no route leads to it)",
+    errno.ETIMEDOUT: "the connection attempt timed out (the host did not answer)",
+    errno.ECONNRESET: "the connection was reset by the other side",
+    errno.ECONNABORTED: "the connection was aborted",
+    errno.EACCES: "the connection was not permitted (a firewall rule?)",
+    errno.EPERM: "the connection was not permitted (a firewall rule?)",
+    errno.EADDRNOTAVAIL: "the address cannot be connected to from this machine",
+}
+
+_RESOLVER_ERRORS = {
+    "EAI_NONAME": "no such host (the name is not known to DNS)",
+    "EAI_NODATA": "no such host (the name has no address)",
+    "EAI_AGAIN": "the name could not be resolved now (is DNS reachable?)",
+    "EAI_FAIL": "the name could not be resolved (DNS failed)",
+}
+
+_ERRNO_IN_TEXT = re.compile(r"\[Errno (-?\d+)\]")
+
+
+def network_error_words(exc: OSError) -> str:
+    """A failed connect's ``OSError`` in words, not as errno text."""
+    if exc.__class__.__name__ == "gaierror":
+        for name, words in _RESOLVER_ERRORS.items():
+            if exc.errno is not None and exc.errno == getattr(socket, name, None):
+                return f"cannot resolve the host name: {words}"
+        return f"cannot resolve the host name: {exc.strerror or exc}"
+    code = exc.errno
+    if code is None:
+        # asyncio's "Multiple exceptions: ..." (one per address of the host): when
+        # every address failed alike, that one reason is the answer.
+        codes = {int(found) for found in _ERRNO_IN_TEXT.findall(str(exc))}
+        code = codes.pop() if len(codes) == 1 else None
+    if code in _NETWORK_ERRORS:
+        return _NETWORK_ERRORS[code]
+    if exc.strerror:
+        return exc.strerror[:1].lower() + exc.strerror[1:]
+    return f"{exc.__class__.__name__}: {exc}"
 
 
 # OpenSSL's words for a peer that answered a ClientHello with something other than TLS.
@@ -310,11 +399,8 @@ class Http2Transport:
             if isinstance(exc, HandshakeFailure) and exc.closed_early and not self.tls:
                 left = self._connect_timeout - (loop.time() - started)
                 if await self._speaks_tls(min(left, _TLS_PROBE_S)):
-                    reason = (
-                        "the server closed the plaintext connection, and it speaks TLS: "
-                        "connect with tls=True or an https:// address"
-                    )
-                    uses_tls = True
+                    # It closed the plaintext connection, and it completes a TLS handshake.
+                    reason, uses_tls = SERVER_USES_TLS, True
             logger.debug("cannot connect to the sepp server at %s: %s", self.label, reason)
             raise ConnectError(self.label, reason, server_uses_tls=uses_tls) from exc
 
@@ -426,12 +512,14 @@ class Http2Transport:
             if wait > 0:
                 last = self._last_failure
                 assert last is not None
-                raise CallFailure(
+                early = CallFailure(
                     last.status,
                     f"{last.message}; next attempt in {wait:.1f} s",
                     local=True,
                     ambiguous=False,
-                ) from last.__cause__
+                )
+                early.retry_after = wait
+                raise early from last.__cause__
             connecting = self._connecting = asyncio.ensure_future(self._reconnect())
             connecting.add_done_callback(_retrieve)
         try:
@@ -454,7 +542,8 @@ class Http2Transport:
             failure = CallFailure(status, f"cannot connect: {reason}", local=True, ambiguous=False)
             failure.__cause__ = exc
             self._last_failure = failure
-            self._retry_at = asyncio.get_running_loop().time() + self._backoff.next()
+            failure.retry_after = self._backoff.next()
+            self._retry_at = asyncio.get_running_loop().time() + failure.retry_after
             logger.debug("cannot connect to the sepp server at %s: %s", self.label, reason)
             raise failure from exc
         finally:

@@ -377,6 +377,12 @@ def enqueue_request(job: Any) -> None:
         raise TypeError("scheduled_at must be a datetime or None")
 
 
+# The largest request the server decodes: its limits.max_message_bytes, 16 MiB unless
+# configured, which GetServerInfo does not report. A larger request is refused whole
+# (OUT_OF_RANGE) before anything in it is read, so the client refuses it before sending.
+MAX_REQUEST_BYTES = 16 * 1024 * 1024
+
+
 def enqueue_batch(
     jobs: Iterable[Job], payload_limit: int = 0
 ) -> tuple[list[Job], dict[int, errors.JobRejection]]:

@@ -249,6 +249,10 @@ class SeppClient:
     ) -> bytes:
         """One logical call: a deadline for all its attempts, retried per the policy
         when ``RETRIED_BY_POLICY`` says it applies to ``method``."""
+        if len(request) > _validate.MAX_REQUEST_BYTES:
+            raise errors.RequestTooLargeError.before_sending(
+                method, len(request), _validate.MAX_REQUEST_BYTES
+            )
         seconds = self._rpc_timeout if timeout is None else timeout
         deadline_at = asyncio.get_running_loop().time() + seconds
         transport = self._transport
@@ -325,12 +329,15 @@ class SeppClient:
         such a refusal found here: then nothing is sent, and the error lists those
         jobs. Checks and retries as :meth:`enqueue_batch`."""
         batch, refused = self._checked_batch(jobs)
-        if refused:
-            raise errors.BatchValidationError(
-                [errors.JobValidationError(index, refused[index]) for index in sorted(refused)]
-            )
         with _otel.client_span("sepp.enqueue_atomic", {"sepp.batch_size": len(batch)}):
-            request = encode_enqueue_batch_request(batch, _injected_trace())
+            trace = _injected_trace()
+            request = encode_enqueue_batch_request(batch, trace)
+            if len(request) > _validate.MAX_REQUEST_BYTES:
+                _refuse_oversized(batch, refused, trace)
+            if refused:
+                raise errors.BatchValidationError(
+                    [errors.JobValidationError(i, refused[i]) for i in sorted(refused)]
+                )
             data = await self._rpc("EnqueueAtomic", request, all_keyed=_all_keyed(batch))
         outcome = decode_enqueue_atomic_response(data)
         if outcome is None:
@@ -528,9 +535,42 @@ def _encoded_batch(
     batch: list[EnqueueRequest], refused: dict[int, errors.JobRejection]
 ) -> tuple[list[EnqueueRequest], bytes]:
     """The jobs to send (checked already: see ``_checked_batch``), the refused ones
-    left out, and their request."""
+    left out, and their request. A job too large for any request is refused here."""
+    trace = _injected_trace()
+    sent, request = _without(batch, refused, trace)
+    if len(request) > _validate.MAX_REQUEST_BYTES and _refuse_oversized(batch, refused, trace):
+        sent, request = _without(batch, refused, trace)
+    return sent, request
+
+
+def _without(
+    batch: list[EnqueueRequest], refused: dict[int, errors.JobRejection], trace: bytes
+) -> tuple[list[EnqueueRequest], bytes]:
     sent = [job for index, job in enumerate(batch) if index not in refused] if refused else batch
-    return sent, encode_enqueue_batch_request(sent, _injected_trace()) if sent else b""
+    return sent, encode_enqueue_batch_request(sent, trace) if sent else b""
+
+
+def _refuse_oversized(
+    batch: list[EnqueueRequest], refused: dict[int, errors.JobRejection], trace: bytes
+) -> bool:
+    """Refuse, in ``refused``, each job with a payload whose request alone would be over
+    the server's message limit, with the ``PayloadTooLarge`` its payload limit gives
+    (the server could not even read it: one error for every payload too large, be it
+    2 or 20 MB). True when it refused any."""
+    limit = _validate.MAX_REQUEST_BYTES
+    found = False
+    for index, job in enumerate(batch):
+        body = job.payload
+        if index in refused or body is None:
+            continue
+        alone = len(encode_enqueue_batch_request([job], trace))
+        if alone > limit:
+            # The largest payload this job could have carried, the rest as it is.
+            refused[index] = errors.PayloadTooLarge(
+                limit - (alone - len(body.data)), len(body.data)
+            )
+            found = True
+    return found
 
 
 def _all_keyed(jobs: list[EnqueueRequest]) -> bool:

@@ -13,6 +13,8 @@
     │   ├── InvalidRequestError        INVALID_ARGUMENT
     │   ├── ServerInternalError        INTERNAL, DATA_LOSS, UNKNOWN
     │   ├── UnexpectedStatusError      any other status
+    │   │   └── RequestTooLargeError   OUT_OF_RANGE: a request over the server's message
+    │   │                              limit (16 MiB), found before it is sent
     │   ├── EmptyBatchError            an enqueue with no jobs (raised before any RPC)
     │   ├── BatchResultCountMismatchError
     │   ├── MalformedResponseError     the server broke the wire contract
@@ -101,6 +103,7 @@ __all__ = [
     "QueueClosing",
     "QueueFull",
     "QueueNameTooLong",
+    "RequestTooLargeError",
     "ReserveError",
     "ResponseTooLargeError",
     "ScheduledTooFar",
@@ -144,6 +147,9 @@ class ClientError(SeppError):
     """The gRPC status behind the error, when there is one."""
     ambiguous: bool = False
     """True when the server may have applied the request although the call failed."""
+    retry_after: Optional[float] = None
+    """Seconds until the client will try to connect again, when it is backing off after
+    failed connection attempts (calls fail at once until then)."""
 
 
 class ConnectError(ClientError):
@@ -193,6 +199,37 @@ class UnexpectedStatusError(ClientError):
         self.code = code
         self.status_message = message
         super().__init__(f"the server answered {code.name}: {message}")
+
+
+class RequestTooLargeError(UnexpectedStatusError):
+    """A request over the largest message the server decodes (16 MiB, its
+    ``max_message_bytes``), which it refuses whole with OUT_OF_RANGE. The client finds
+    it before sending (then ``size`` and ``limit`` are set); a server configured with
+    a lower limit answers it. A job whose payload alone is too large is not this
+    error: it gets the :class:`PayloadTooLarge` rejection, as the server's own
+    payload limit gives; this is the batch of jobs that fit one by one but not
+    together (split it), or another call carrying too much."""
+
+    def __init__(
+        self, message: str, *, size: Optional[int] = None, limit: Optional[int] = None
+    ) -> None:
+        super().__init__(Status.OUT_OF_RANGE, message)
+        self.size = size
+        self.limit = limit
+        self.ambiguous = False
+        if size is not None:  # found here, not an answer of the server
+            self.args = (message,)
+
+    @classmethod
+    def before_sending(cls, method: str, size: int, limit: int) -> RequestTooLargeError:
+        """The error for a ``method`` request of ``size`` bytes found over ``limit``."""
+        text = (
+            f"the {method} request is {size:,} bytes, over the {limit:,}-byte message "
+            "limit of the server; nothing was sent"
+        )
+        if method.startswith("Enqueue"):
+            text += " (each job fits on its own: send them in smaller batches)"
+        return cls(text, size=size, limit=limit)
 
 
 class EmptyBatchError(ClientError):
@@ -340,6 +377,8 @@ def _status_error(status: Status, message: str, kind: CallKind) -> SeppError:
         return AttemptMismatchError()
     if kind == "reserve" and status is Status.FAILED_PRECONDITION:
         return UnknownQueuesError(message)
+    if status is Status.OUT_OF_RANGE:  # sepp's only use of it: a request too large
+        return RequestTooLargeError(message)
     cls = _BY_STATUS.get(status)
     error = UnexpectedStatusError(status, message) if cls is None else cls(message)
     error.code = status
@@ -369,7 +408,9 @@ def map_failure(
     if isinstance(exc, CallFailure):
         if exc.local or exc.status is None:
             ambiguous = exc.status in AMBIGUOUS_CODES if exc.ambiguous is None else exc.ambiguous
-            return _transport_error(prefix + exc.message, exc.status, ambiguous)
+            error = _transport_error(prefix + exc.message, exc.status, ambiguous)
+            error.retry_after = exc.retry_after
+            return error
         return _status_error(exc.status, exc.message, kind)
     if isinstance(exc, asyncio.TimeoutError):
         return _transport_error(f"{prefix}deadline exceeded", Status.DEADLINE_EXCEEDED, True)

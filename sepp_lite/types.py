@@ -17,9 +17,32 @@ from sepp_lite._time import Duration
 from sepp_lite._validate import PriorityOutOfRangeError, TraceContextError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping, Sequence
+    from collections.abc import Iterator, Mapping
+    from typing import Protocol, TypeVar
 
     from sepp_lite._lease import Lease
+
+    _T_co = TypeVar("_T_co", covariant=True)
+
+    # A str is an Iterable[str] and a Sequence[str], so those types let
+    # Worker(client, "emails", 30) through (six one-letter queues). str's __contains__
+    # takes only a str, which is what these two protocols use to tell it apart; they
+    # exist for type checkers only (the runtime check is in _validate.queue_names).
+
+    class QueueCollection(Protocol[_T_co]):
+        """A list, tuple, set or dict view of queue names; not a str."""
+
+        def __iter__(self) -> Iterator[_T_co]: ...
+        def __len__(self) -> int: ...
+        def __contains__(self, value: object, /) -> bool: ...
+
+    class QueueSequence(QueueCollection[_T_co], Protocol[_T_co]):
+        """A list or tuple of queue names; not a str."""
+
+        def __getitem__(self, index: int, /) -> _T_co: ...
+
+    QueueNames = Union[QueueCollection[str], Iterator[str]]
+    """Queue names as a Worker takes them: a collection or an iterator, not a str."""
 
 __all__ = [
     "DeadLetterCause",
@@ -246,7 +269,7 @@ class ReserveOptions:
     negative; ``max_jobs`` (default: the server's 1) must be at least 1.
     """
 
-    queues: Sequence[str]
+    queues: QueueSequence[str]
     lease_duration: timedelta
     wait_timeout: timedelta = _DEFAULT_WAIT_TIMEOUT
     worker_id: Optional[str] = None

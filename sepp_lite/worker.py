@@ -10,49 +10,97 @@ retry can fix ends ``run()`` with that error.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextvars
 import dataclasses
+import inspect
 import os
+import re
 import socket
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable
 from datetime import timedelta
-from typing import Any, Callable, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 from sepp_lite import _otel
+from sepp_lite._handlers import RegisteredHandler, check_handler
 from sepp_lite._lease import Lease
 from sepp_lite._observe import WorkerEvents, WorkerObserver
 from sepp_lite._retry import (
     DEFAULT_RESERVE_ERROR_BACKOFF,
+    DEFAULT_WAIT_FOR_SERVER,
     EARLY_EMPTY_PAUSE_S,
     EARLY_EMPTY_S,
     is_permanent,
+    is_unreachable,
 )
 from sepp_lite._tasks import TaskSet
 from sepp_lite._time import Duration, as_timedelta, now_ms, seconds_text
 from sepp_lite.client import SeppClient
 from sepp_lite.errors import (
     AttemptMismatchError,
+    ClientError,
     JobNotFoundError,
     LeaseError,
     SeppError,
+    Status,
+    TransportError,
 )
 from sepp_lite.shutdown import ShutdownHandle
-from sepp_lite.types import Job, JobCtx, Payload, ReserveOptions, RetryDirective
+from sepp_lite.types import Job, JobCtx, Payload, ReserveOptions, RetryDirective, ServerInfo
+
+if TYPE_CHECKING:
+    from sepp_lite.types import QueueNames
 
 __all__ = ["DuplicateHandlerError", "Handler", "HandlerError", "ShutdownHandle", "Worker"]
 
 logger = _otel.logger()
 
-Handler = Callable[[Optional[Payload], JobCtx], Awaitable[None]]
-"""``async def handler(payload, ctx) -> None``: return to ack, raise to nack."""
+Handler = Callable[[Optional[Payload], JobCtx], Union[Awaitable[None], None]]
+"""``async def handler(payload, ctx) -> None``: return to ack, raise to nack. A plain
+``def handler(payload, ctx) -> None`` runs in one of the Worker's threads."""
 
 T = TypeVar("T")
+H = TypeVar("H", bound=Handler)
 
 # In run(until_idle=True), how long each reserve waits before reporting the queues empty.
 _IDLE_WAIT_S = 0.5
 # After a bounded shutdown cancels handlers, how long to wait for them to stop.
 _CANCEL_GRACE_S = 1.0
 _UNHANDLED_REASON = "no handler registered for job_type"
+# A nack reason longer than this is cut (an exception's text can be megabytes).
+_REASON_LIMIT = 4096
+# The transport's own words for its connect backoff, which the worker's log line
+# replaces with the one delay it really waits.
+_RETRY_HINT = re.compile(r"; next attempt in [0-9.]+ s$")
+
+
+def _thread_count(value: int | None, max_in_flight: int) -> int:
+    """``sync_threads``: min(32, max_in_flight) by default, else a positive int."""
+    if value is None:
+        return min(32, max_in_flight)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"sync_threads must be an int of at least 1 or None, got {value!r}")
+    return value
+
+
+def _retry_delay(error: SeppError, backoff: float) -> float:
+    """How long to wait after ``error`` before the next call: the worker's own
+    backoff, or longer while the client waits out its reconnect backoff (a call
+    before then would fail at once)."""
+    after = error.retry_after if isinstance(error, ClientError) else None
+    return backoff if after is None else max(backoff, after)
+
+
+def _error_text(error: SeppError) -> str:
+    return _RETRY_HINT.sub("", str(error))
+
+
+def _attempts(ctx: JobCtx) -> str:
+    """``attempt 2/3`` (``attempt 2`` when the server did not say the maximum)."""
+    if ctx.max_attempts:
+        return f"attempt {ctx.attempt}/{ctx.max_attempts}"
+    return f"attempt {ctx.attempt}"
 
 
 class HandlerError(Exception):
@@ -129,6 +177,58 @@ def _released(ctx: JobCtx) -> bool:
     return lease is not None and lease.released
 
 
+def _gave_up(error: SeppError, attempts: int, waited: float, bound: float) -> TransportError:
+    gave_up = TransportError(
+        f"gave up waiting for the sepp server after {attempts} attempt(s) in {waited:.0f} s "
+        f"(wait_for_server={bound:g} s): {_error_text(error)}"
+    )
+    gave_up.code = Status.UNAVAILABLE
+    return gave_up
+
+
+def _failure(ctx: JobCtx, outcome: BaseException) -> tuple[RetryDirective, str]:
+    """Log a handler's failure (its attempt n/m); the nack it asks for."""
+    if isinstance(outcome, HandlerError):
+        # A retry or a dead letter the handler asked for is the plan working: INFO here,
+        # and the WARNING of a dead letter once the server has confirmed it.
+        logger.info(
+            "job %s (type %r, %s): handler asked for %s: %s",
+            ctx.id,
+            ctx.job_type,
+            _attempts(ctx),
+            outcome.directive.kind,
+            outcome.reason,
+        )
+        return outcome.directive, outcome.reason[:_REASON_LIMIT]
+    logger.error(
+        "job %s (type %r, %s): handler raised %s",
+        ctx.id,
+        ctx.job_type,
+        _attempts(ctx),
+        type(outcome).__name__,
+        exc_info=outcome,
+    )
+    reason = f"handler raised {type(outcome).__name__}: {outcome}"
+    return RetryDirective.DEFAULT, reason[:_REASON_LIMIT]
+
+
+def _log_dead_letter(ctx: JobCtx, directive: RetryDirective, reason: str) -> None:
+    """The one WARNING of a job this worker's nack sent to the dead letters."""
+    if directive.kind == "dead_letter":
+        why = "the handler gave up on it (HandlerError.permanent)"
+    else:
+        why = "its attempts are used up"
+    logger.warning(
+        "job %s dead-lettered: type %r, queue %r, %s; %s; cause: %s",
+        ctx.id,
+        ctx.job_type,
+        ctx.queue,
+        _attempts(ctx),
+        why,
+        reason,
+    )
+
+
 def default_worker_id() -> str:
     """``<hostname>-<pid>-<8 hex chars>``, as the official clients make it."""
     try:
@@ -143,7 +243,11 @@ class Worker:
     :class:`~sepp_lite.client.SeppClient`.
 
     Register one handler per job type with :meth:`handle` or ``@worker.handler(...)``
-    (and optionally :meth:`catch_all`), then ``await run()``. A handler returning acks
+    (and optionally :meth:`catch_all`), then ``await run()``; ``queues`` is a list of
+    names (a ``str`` raises ``TypeError``). A handler is an ``async def (payload,
+    ctx)``, or a plain ``def (payload, ctx)``, which runs in one of the worker's
+    ``sync_threads`` threads (default min(32, max_in_flight), started on the first such
+    job); anything else raises ``TypeError`` when registered. A handler returning acks
     the job; :class:`HandlerError` nacks it as chosen; any other exception nacks it for
     the queue's retry (logged with its traceback). Jobs of a type without a handler are
     nacked with a growing delay, min(2**attempt, 60) s, so a worker that lacks the
@@ -155,7 +259,9 @@ class Worker:
     if the lease is lost the handler is cancelled and the job is neither acked nor
     nacked. Beware: auto-extend keeps a hung handler's job leased forever; bound your
     handlers' work. At start the worker reads the server's limits (GetServerInfo) and
-    clamps ``max_jobs``, the lease and the wait to them, logging what it changed.
+    clamps ``max_jobs``, the lease and the wait to them, logging what it changed. While
+    the server cannot be reached at start, it tries again for up to
+    ``wait_for_server`` (default 60 s; 0 fails at once), one log line per attempt.
 
     Shutdown (:meth:`shutdown_handle`) stops reserving and waits for the jobs in
     flight; with ``shutdown_timeout`` it extends their leases once, waits that long,
@@ -166,7 +272,7 @@ class Worker:
     def __init__(
         self,
         client: SeppClient,
-        queues: Iterable[str],
+        queues: QueueNames,
         lease_duration: Duration,
         *,
         wait_timeout: Duration | None = None,
@@ -177,7 +283,14 @@ class Worker:
         auto_extend_interval: Duration | None = None,
         worker_id: str | None = None,
         shutdown_timeout: Duration | None = None,
+        sync_threads: int | None = None,
+        wait_for_server: Duration = DEFAULT_WAIT_FOR_SERVER,
     ) -> None:
+        if isinstance(queues, str):
+            raise TypeError(
+                f"Worker(): queues must be a list of queue names, not the str {queues!r} "
+                f"(write [{queues!r}] for one queue)"
+            )
         options: dict[str, Any] = {"max_jobs": max_jobs}
         options["worker_id"] = default_worker_id() if worker_id is None else worker_id
         if wait_timeout is not None:
@@ -185,9 +298,12 @@ class Worker:
         lease = as_timedelta(lease_duration, "lease_duration", positive=True)
         self._opts = ReserveOptions(list(queues), lease, **options)
         self._client = client
-        self._handlers: dict[str, Handler] = {}
-        self._catch_all: Handler | None = None
+        self._handlers: dict[str, RegisteredHandler] = {}
+        self._catch_all: RegisteredHandler | None = None
         self._max_in_flight = max(1, int(max_in_flight))
+        self._sync_threads = _thread_count(sync_threads, self._max_in_flight)
+        self._threads: concurrent.futures.ThreadPoolExecutor | None = None
+        self._wait_for_server = as_timedelta(wait_for_server, "wait_for_server").total_seconds()
         self._error_backoff = as_timedelta(
             reserve_error_backoff, "reserve_error_backoff"
         ).total_seconds()
@@ -214,24 +330,38 @@ class Worker:
 
     def handle(self, job_type: str, handler: Handler) -> Worker:
         """Register ``handler`` for ``job_type``; raise :class:`DuplicateHandlerError` if
-        one is registered already. Returns the worker (for chaining)."""
-        if job_type in self._handlers:
-            raise DuplicateHandlerError(job_type)
-        self._handlers[job_type] = handler
+        one is registered already, and ``TypeError`` (naming the handler) when it
+        cannot be called as ``handler(payload, ctx)``: an ``async def`` or an object
+        with an ``async def __call__`` runs on the event loop, a plain ``def`` in one of
+        the worker's threads (``sync_threads``). Returns the worker (for chaining)."""
+        self._register(job_type, handler, "handle")
         return self
 
-    def handler(self, job_type: str) -> Callable[[Handler], Handler]:
-        """Decorator form of :meth:`handle`."""
+    def handler(self, job_type: str) -> Callable[[H], H]:
+        """Decorator form of :meth:`handle` (it returns the function unchanged)."""
 
-        def register(fn: Handler) -> Handler:
-            self.handle(job_type, fn)
+        def register(fn: H) -> H:
+            self._register(job_type, fn, "handler")
             return fn
 
         return register
 
+    def _register(self, job_type: str, handler: Handler, how: str) -> None:
+        checked = self._checked(job_type, handler, how)
+        if job_type in self._handlers:
+            raise DuplicateHandlerError(job_type)
+        self._handlers[job_type] = checked
+
+    @staticmethod
+    def _checked(job_type: str, handler: Handler, how: str) -> RegisteredHandler:
+        if not isinstance(job_type, str) or not job_type:
+            raise TypeError(f"Worker.{how}(): job_type must be a non-empty str, got {job_type!r}")
+        return check_handler(handler, f"Worker.{how}({job_type!r})")
+
     def replace_handler(self, job_type: str, handler: Handler) -> Worker:
-        """Register ``handler`` for ``job_type``, replacing any existing one."""
-        self._handlers[job_type] = handler
+        """Register ``handler`` for ``job_type``, replacing any existing one (checked
+        as :meth:`handle` does)."""
+        self._handlers[job_type] = self._checked(job_type, handler, "replace_handler")
         return self
 
     def remove_handler(self, job_type: str) -> Worker:
@@ -239,10 +369,10 @@ class Worker:
         self._handlers.pop(job_type, None)
         return self
 
-    def catch_all(self, handler: Handler) -> Handler:
+    def catch_all(self, handler: H) -> H:
         """Use ``handler`` for job types without their own (replacing an earlier one);
-        returns it, so it also works as a decorator."""
-        self._catch_all = handler
+        returns it, so it also works as a decorator. Checked as :meth:`handle` does."""
+        self._catch_all = check_handler(handler, "Worker.catch_all()")
         return handler
 
     def shutdown_handle(self) -> ShutdownHandle:
@@ -270,6 +400,16 @@ class Worker:
         return self._opts.worker_id or ""
 
     @property
+    def wait_for_server(self) -> float:
+        """Seconds :meth:`run` keeps trying to reach a server it cannot reach at start
+        (settable: a ``timedelta`` or seconds, 0 to fail at once)."""
+        return self._wait_for_server
+
+    @wait_for_server.setter
+    def wait_for_server(self, value: Duration) -> None:
+        self._wait_for_server = as_timedelta(value, "wait_for_server").total_seconds()
+
+    @property
     def in_flight(self) -> int:
         """How many jobs are being processed now."""
         return self._in_flight
@@ -294,9 +434,12 @@ class Worker:
         :class:`~sepp_lite.errors.InvalidRequestError`, or
         :class:`~sepp_lite.errors.UnknownQueuesError` from a strict server) stops the
         worker: it finishes the jobs in flight, then raises that error; the same
-        refusal of the GetServerInfo call at start raises at once. Other reserve errors
-        (an unreachable or overloaded server) are logged and retried after
-        ``reserve_error_backoff``, without end.
+        refusal of the GetServerInfo call at start raises at once. A server that
+        cannot be reached at start is tried again for ``wait_for_server``, then
+        :class:`~sepp_lite.errors.TransportError` is raised. Once started, other reserve
+        errors (an unreachable or overloaded server) are logged and retried without
+        end, after ``reserve_error_backoff`` or, while the client waits out its
+        reconnect backoff, when it will connect again.
         """
         if self._running:
             raise RuntimeError("this worker is already running")
@@ -311,19 +454,17 @@ class Worker:
             raise
         finally:
             self._running = False
+            threads, self._threads = self._threads, None
+            if threads is not None:
+                # Threads still running (their jobs given up at a bounded shutdown or a
+                # hard stop) finish on their own; the interpreter waits for them at exit.
+                threads.shutdown(wait=False)
             self._metrics.run_finished(error)
 
     async def _run(self, until_idle: bool) -> None:
         permits = asyncio.Semaphore(self._max_in_flight)
         jobs = TaskSet("job")
-        logger.info(
-            "worker %s started: queues=%s max_in_flight=%d handlers=%d auto_extend=%s",
-            self.worker_id,
-            ",".join(self._opts.queues),
-            self._max_in_flight,
-            len(self._handlers),
-            self._auto_extend,
-        )
+        self._log_start()
         try:
             while not self._shutdown.is_shutdown:
                 if not await self._poll(permits, jobs, until_idle):
@@ -341,6 +482,31 @@ class Worker:
         fatal, self._fatal = self._fatal, None
         if fatal is not None:
             raise fatal
+
+    def _log_start(self) -> None:
+        handlers = list(self._handlers.values())
+        types = ",".join(self._handlers) or "none"
+        if self._catch_all is not None:
+            types += " (+ catch-all)"
+            handlers.append(self._catch_all)
+        threads = ""
+        if any(handler.threaded for handler in handlers):
+            threads = f" sync_threads={self._sync_threads}"
+        logger.info(
+            "worker %s started: queues=%s job types=%s max_in_flight=%d%s auto_extend=%s",
+            self.worker_id,
+            ",".join(self._opts.queues),
+            types,
+            self._max_in_flight,
+            threads,
+            self._auto_extend,
+        )
+        if not handlers:
+            logger.warning(
+                "worker %s has no handlers: every job it reserves is nacked for a later "
+                "retry (register them with @worker.handler(job_type) before run())",
+                self.worker_id,
+            )
 
     async def _race(self, awaitable: Awaitable[T]) -> tuple[T | None, bool]:
         """Await ``awaitable`` against shutdown: ``(result, False)`` when it finished
@@ -389,8 +555,9 @@ class Worker:
                 )
                 self._fatal = error
                 return False
-            logger.warning("reserve failed: %s; retrying in %.3g s", error, self._error_backoff)
-            return not (await self._race(asyncio.sleep(self._error_backoff)))[1]
+            delay = _retry_delay(error, self._error_backoff)
+            logger.warning("reserve failed: %s; retrying in %.3g s", _error_text(error), delay)
+            return not (await self._race(asyncio.sleep(delay)))[1]
         if not reserved:
             permits.release()
             if not stopped:
@@ -468,11 +635,15 @@ class Worker:
         run.settling = True
         await self._settle(ctx, outcome)  # type: ignore[arg-type]
 
-    async def _handle(self, run: _Run, handler: Handler) -> object:
-        """Run the handler in this task; its outcome: None, the exception, or _STOPPED."""
+    async def _handle(self, run: _Run, handler: RegisteredHandler) -> object:
+        """Run the handler in this task (a plain def in a thread, awaited here); its
+        outcome: None, the exception, or _STOPPED."""
         job = run.job
         try:
-            await handler(job.payload, job.ctx)
+            if handler.threaded:
+                await self._in_thread(handler, job)
+            else:
+                await handler.fn(job.payload, job.ctx)
         except asyncio.CancelledError:
             if run.abandoned or run.lease_lost:
                 return _STOPPED  # our own cancellation; the caller's must propagate
@@ -481,7 +652,40 @@ class Worker:
             return exc
         return None
 
-    async def _handle_with_keeper(self, run: _Run, handler: Handler) -> object:
+    async def _in_thread(self, handler: RegisteredHandler, job: Job) -> None:
+        """Run a plain-def handler in one of this worker's threads, in a copy of this
+        task's context (its tracing span), and wait for it. A thread cannot be
+        cancelled: a cancellation that comes while it runs waits for it to return (so
+        the job keeps its slot in max_in_flight until then), then propagates; one that
+        comes while the job still waits for a free thread stops it from starting."""
+        threads = self._threads
+        if threads is None:
+            threads = self._threads = concurrent.futures.ThreadPoolExecutor(
+                self._sync_threads, thread_name_prefix=f"sepp-worker-{self.worker_id}"
+            )
+        call = contextvars.copy_context().run
+        running = threads.submit(call, handler.fn, job.payload, job.ctx)
+        waiter = asyncio.wrap_future(running)
+        try:
+            result = await asyncio.shield(waiter)
+        except asyncio.CancelledError:
+            if not running.cancel():
+                logger.warning(
+                    "job %s: its handler %s runs in a thread, which cannot be cancelled; "
+                    "waiting for it to return",
+                    job.ctx.id,
+                    handler.name,
+                )
+                await asyncio.wait({waiter})  # a second cancellation ends this wait
+                if not waiter.cancelled():
+                    waiter.exception()  # its outcome no longer counts: seen, not raised
+            raise
+        if inspect.isawaitable(result):
+            # A plain def that returned an awaitable (a sync wrapper around an async
+            # function): awaited here, once, on the event loop.
+            await result
+
+    async def _handle_with_keeper(self, run: _Run, handler: RegisteredHandler) -> object:
         """Run the handler (in this task) with a lease keeper beside it."""
         lease = run.job.ctx.lease
         if lease is None:
@@ -507,24 +711,11 @@ class Worker:
                 await client.ack(ctx)
                 self._metrics.job_acked(ctx)
                 return
-            if isinstance(outcome, HandlerError):
-                # A retry the handler asked for is the plan working, not a warning; a job
-                # sent to the dead letters for good is worth an operator's look.
-                log = logger.warning if outcome.directive.kind == "dead_letter" else logger.info
-                log(
-                    "job %s: handler asked for %s: %s",
-                    ctx.id,
-                    outcome.directive.kind,
-                    outcome.reason,
-                )
-                directive, reason = outcome.directive, outcome.reason
-            else:
-                logger.error(
-                    "job %s: handler raised %s", ctx.id, type(outcome).__name__, exc_info=outcome
-                )
-                directive = RetryDirective.DEFAULT
-                reason = f"handler raised {type(outcome).__name__}: {outcome}"
-            self._metrics.job_nacked(ctx, await client.nack(ctx, directive, reason))
+            directive, reason = _failure(ctx, outcome)
+            dead = await client.nack(ctx, directive, reason)
+            self._metrics.job_nacked(ctx, dead)
+            if dead:
+                _log_dead_letter(ctx, directive, reason)
         except LeaseError as error:
             logger.error(
                 "job %s: %s (the lease lapsed and the job went back to the queue, or a retried "
@@ -540,22 +731,60 @@ class Worker:
             self._unhandled_types.add(ctx.job_type)
             logger.warning("no handler registered for job_type %r; nacking such jobs", ctx.job_type)
         delay = min(2 ** min(ctx.attempt, 6), 60)
+        directive = RetryDirective.after(delay)
         try:
-            await self._client.nack(ctx, RetryDirective.after(delay), _UNHANDLED_REASON)
+            if await self._client.nack(ctx, directive, _UNHANDLED_REASON):
+                _log_dead_letter(ctx, directive, _UNHANDLED_REASON)
         except SeppError as error:
             logger.warning("job %s: nack of an unhandled job type failed: %s", ctx.id, error)
 
     # -- start and stop ---------------------------------------------------------------
 
+    async def _server_info(self) -> ServerInfo | None:
+        """GetServerInfo, asked until the server answers, at most ``wait_for_server``
+        while it cannot be reached (one log line per attempt); None when it answered
+        with an error retries cannot fix but the reserves may not meet (an old server
+        without the call), or when shutdown came first. Raises a refusal no retry can
+        fix at once, and :class:`~sepp_lite.errors.TransportError` once the wait is
+        over."""
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                return await self._client.get_server_info()
+            except SeppError as error:
+                if is_permanent(error):
+                    raise  # a wrong key or the like: no reserve could succeed either
+                if is_unreachable(error) and self._wait_for_server <= 0:
+                    raise
+                if not is_unreachable(error):
+                    logger.warning(
+                        "could not read the server's limits (%s); using the options as given",
+                        error,
+                    )
+                    return None
+                waited = loop.time() - started
+                left = self._wait_for_server - waited
+                if left <= 0:
+                    raise _gave_up(error, attempt, waited, self._wait_for_server) from error
+                delay = min(_retry_delay(error, self._error_backoff), left)
+                logger.warning(
+                    "waiting for the sepp server (attempt %d, %.0f s of %.0f s): %s; "
+                    "next attempt in %.1f s",
+                    attempt,
+                    waited,
+                    self._wait_for_server,
+                    _error_text(error),
+                    delay,
+                )
+                if (await self._race(asyncio.sleep(delay)))[1]:
+                    return None
+
     async def _apply_server_limits(self) -> None:
-        try:
-            info = await self._client.get_server_info()
-        except SeppError as error:
-            if is_permanent(error):
-                raise  # a wrong key or the like: no reserve could succeed either
-            logger.warning(
-                "could not read the server's limits (%s); using the options as given", error
-            )
+        info = await self._server_info()
+        if info is None:
             return
         opts, changes = self._opts, []
         if (
@@ -577,7 +806,11 @@ class Worker:
             )
             opts.wait_timeout = info.max_wait_timeout
         if changes:
-            logger.info("clamped to the server's limits: %s", ", ".join(changes))
+            logger.warning(
+                "clamped to the server's limits: %s (the server would clamp them on every "
+                "call; ask for no more than it allows to silence this)",
+                ", ".join(changes),
+            )
 
     async def _drain(self, jobs: TaskSet) -> None:
         if not len(jobs) or self._shutdown_timeout is None:

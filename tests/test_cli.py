@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import errno
 import io
 import json
+import os
+import socket
 import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -19,6 +22,7 @@ from grpclib.exceptions import GRPCError
 
 import sepp_lite as sepp
 from sepp_lite import cli
+from sepp_lite._transport import describe_connect_failure
 from sepp_lite.cli import common, enqueue
 from sepp_lite.errors import Status
 from sepp_lite.testing import SeppTestServer
@@ -84,7 +88,8 @@ def one_line(text: str) -> str:
 async def test_help_version_and_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert await run("--help") == 0
     out = capsys.readouterr().out
-    for command in ("serve", "info", "enqueue", "worker", "drain-dead-letters", "demo"):
+    commands = ("serve", "info", "enqueue", "worker", "drain-dead-letters", "demo")
+    for command in (*commands, "requeue-dead-letters"):
         assert command in out
     assert await run("--version") == 0
     assert capsys.readouterr().out.strip() == f"sepp-lite {sepp.__version__}"
@@ -126,16 +131,19 @@ def test_misplaced_options_leave_good_command_lines_alone() -> None:
         assert cli.misplaced_options(argv, commands) is None
 
 
-def test_a_tls_mismatch_hint_follows_the_transports_verdict() -> None:
+def test_a_tls_mismatch_says_the_one_thing_that_is_true() -> None:
+    # The transport's verdict, in the command line's terms: one statement, one remedy.
     error = sepp.ConnectError("h:1", "connection lost")
     assert common.describe(error) == "cannot connect to the sepp server at h:1: connection lost"
-    error.server_uses_tls = True  # type: ignore[attr-defined]
-    assert common.describe(error).endswith(
-        "; is the server using TLS? try --tls (or --ca FILE for a private CA)"
+    error = sepp.ConnectError("h:1", "the library's words", server_uses_tls=True)
+    assert common.describe(error) == (
+        "cannot connect to the sepp server at h:1: the server uses TLS: "
+        "connect with --tls (or --ca FILE for a private CA)"
     )
-    error.server_uses_tls = False  # type: ignore[attr-defined]
-    assert common.describe(error).endswith(
-        "; is the server not using TLS? try without --tls, --ca and https://"
+    error = sepp.ConnectError("h:1", "the library's words", server_uses_tls=False)
+    assert common.describe(error) == (
+        "cannot connect to the sepp server at h:1: the server does not use TLS: "
+        "connect without --tls, --ca and https://"
     )
 
 
@@ -212,9 +220,26 @@ async def test_unreachable_server_is_exit_2_in_one_line(
     assert err.rstrip().endswith("connection refused")
 
 
-async def test_a_bad_address_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
-    assert await run("info", "--addr", "localhost:notaport") == 2
-    assert "bad address" in one_line(capsys.readouterr().err)
+@pytest.mark.parametrize(
+    ("addr", "problem"),
+    [
+        ("localhost:notaport", "the port 'notaport' is not a number"),
+        ("http://127.0.0.1:50051/foo", "it has a path ('/foo'), which a gRPC address cannot"),
+        ("grpc://127.0.0.1:50051", "unknown scheme 'grpc://'"),
+        ("127.0.0.1:", "the port is empty"),
+        ("127.0.0.1:70000", "the port 70000 is out of range (1 to 65535)"),
+        ("[::1:50051", "an IPv6 address has no closing ']'"),
+    ],
+)
+async def test_a_bad_address_is_a_usage_error_naming_it_whole(
+    addr: str, problem: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: "bad address 'http://127.0.0.1:50051/foo': ... bad port '50051/foo'".
+    assert await run("info", "--addr", addr) == 2
+    assert one_line(capsys.readouterr().err) == (
+        f"error: --addr: cannot parse the address {addr!r}: {problem} "
+        "(expected host:port, http://host:port, https://host[:port] or unix:/path)"
+    )
 
 
 async def test_wrong_or_missing_key_is_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
@@ -243,7 +268,8 @@ async def test_the_api_key_never_appears_in_any_output(
             ("info", "--addr", f"127.0.0.1:{free_port()}", "--api-key", SECRET, "--debug"),
             ("enqueue", "q", "t", "--addr", server.addr, "--api-key", SECRET, "--delay", "1e9"),
             ("enqueue", "q", "--jsonl", str(bad_lines), "--addr", server.addr, "--debug"),
-            ("drain-dead-letters", "--addr", server.addr, "--api-key", SECRET, "--debug"),
+            ("drain-dead-letters", "--addr", server.addr, "--api-key", SECRET, "--debug", "--yes"),
+            ("requeue-dead-letters", str(bad_lines), "--addr", server.addr, "--debug"),
             ("info", "--help"),
         ]
         monkeypatch.setenv("SEPP_API_KEY", SECRET)
@@ -547,8 +573,8 @@ async def test_drain_writes_json_lines_that_replay(
     queue, other = unique_queue(), unique_queue()
     await dead_letter(client, queue, 3)
     await dead_letter(client, other, 1)
-    # Not a terminal: no --yes needed. --max and --queue narrow what is drained.
-    argv = ["drain-dead-letters", "--addr", server.addr, "--queue", queue, "--max", "2"]
+    # --max and --queue narrow what is drained (to stdout, which needs --yes).
+    argv = ["drain-dead-letters", "--addr", server.addr, "--queue", queue, "--max", "2", "--yes"]
     assert await run(*argv) == 0
     captured = capsys.readouterr()
     records = [json.loads(line) for line in captured.out.splitlines()]
@@ -561,6 +587,7 @@ async def test_drain_writes_json_lines_that_replay(
     assert first["failed_at"].endswith("Z") and first["job_type"] == "t"
     out = tmp_path / "dead.jsonl"
     out.write_text("kept from an earlier drain\n")
+    # Into a file, without a terminal: --out is enough.
     argv = ["drain-dead-letters", "--addr", server.addr, "--out", str(out)]
     assert await run(*argv) == 0
     assert capsys.readouterr().err.strip() == f"drained 2 dead-letter record(s) into {out}"
@@ -576,7 +603,7 @@ async def test_drain_writes_json_lines_that_replay(
 
 async def test_drain_says_when_retention_is_off(capsys: pytest.CaptureFixture[str]) -> None:
     async with SeppTestServer() as server:
-        assert await run("drain-dead-letters", "--addr", server.addr) == 0
+        assert await run("drain-dead-letters", "--addr", server.addr, "--yes") == 0
         assert "retention is off" in capsys.readouterr().err
 
 
@@ -696,6 +723,275 @@ async def test_worker_that_cannot_connect_is_exit_2(
 ) -> None:
     spec = f"{worker_module[0]}:make_worker"
     addr = f"127.0.0.1:{free_port()}"
-    assert await run("worker", spec, "--app-dir", str(tmp_path), "--addr", addr) == 2
+    argv = ["worker", spec, "--app-dir", str(tmp_path), "--addr", addr]
+    assert await run(*argv, "--wait-for-server", "0") == 2  # 0: no waiting for it
     error = last_line(capsys.readouterr().err)
     assert error.startswith("error: cannot connect to the sepp server")
+
+
+# -- one answer per mistake: names and sizes are usage errors in every command -----------
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (
+            ["enqueue", "a/b", "t"],
+            "sepp-lite enqueue: error: argument QUEUE: queue name 'a/b' must not contain '/'",
+        ),
+        (
+            ["enqueue", "", "t"],
+            "sepp-lite enqueue: error: argument QUEUE: queue name '' must not be empty",
+        ),
+        (
+            ["enqueue", "..", "t", "--jsonl", "-"],
+            """sepp-lite enqueue: error: argument QUEUE: queue name '..' must not be "." or ".."\
+""",
+        ),
+        (
+            ["enqueue", "q", ""],
+            "sepp-lite enqueue: error: argument JOB_TYPE: the job type must not be empty",
+        ),
+        (
+            ["drain-dead-letters", "--queue", "a/b", "--yes"],
+            "sepp-lite drain-dead-letters: error: argument --queue: queue name 'a/b' must "
+            "not contain '/'",
+        ),
+        (
+            ["drain-dead-letters", "--queue", "x\ty", "--yes"],
+            "sepp-lite drain-dead-letters: error: argument --queue: queue name 'x\\ty' must "
+            "not contain control characters",
+        ),
+    ],
+)
+async def test_a_bad_name_is_a_usage_error_in_every_command(
+    argv: list[str], message: str, server: SeppTestServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: drain --queue a/b was an internal error (exit 1) and enqueue a/b t went to
+    # the server (a rejection, exit 1), while enqueue "" t was a usage error.
+    calls = 0
+
+    async def count() -> None:
+        nonlocal calls
+        calls += 1
+
+    for method in ("EnqueueBatch", "DrainDeadLetters", "GetServerInfo"):
+        server.before_call(method, count)
+    assert await run(*argv, "--addr", server.addr) == 2
+    assert one_line(capsys.readouterr().err) == f"{message} (see sepp-lite {argv[0]} --help)"
+    assert calls == 0
+
+
+@pytest.mark.parametrize("size", [2 * 1024 * 1024, 20 * 1024 * 1024], ids=["2MB", "20MB"])
+async def test_a_payload_over_the_limit_is_one_usage_error_whatever_its_size(
+    size: int, server: SeppTestServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: 2 MB was a rejection (PayloadTooLarge), 20 MB an OUT_OF_RANGE status.
+    body = tmp_path / "body.bin"
+    body.write_bytes(b"x" * size)
+    queue = unique_queue()
+    argv = ["enqueue", queue, "t", "--payload-file", str(body), "--addr", server.addr]
+    assert await run(*argv) == 2
+    assert one_line(capsys.readouterr().err) == (
+        f"error: the payload is {size:,} bytes, over the server's max_payload_bytes (1,048,576)"
+    )
+    assert server.counts(queue).ready == 0
+
+
+async def test_names_over_the_servers_limits_are_usage_errors(
+    server: SeppTestServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queue = "q" * 600
+    assert await run("enqueue", queue, "t", "--addr", server.addr) == 2
+    assert one_line(capsys.readouterr().err) == (
+        "error: the queue name is 600 bytes, over the server's max_queue_name_bytes (512)"
+    )
+    argv = ["enqueue", "q", "t" * 300, "--addr", server.addr]
+    assert await run(*argv) == 2
+    assert "the job type is 300 bytes, over the server's max_job_type_bytes (256)" in (
+        one_line(capsys.readouterr().err)
+    )
+    assert await run("enqueue", "q", "t", "--key", "k" * 257, "--addr", server.addr) == 2
+    assert "max_idempotency_key_bytes (256)" in one_line(capsys.readouterr().err)
+
+
+async def test_jsonl_lines_get_the_same_answers(
+    server: SeppTestServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    queue = unique_queue()
+    path = write_lines(
+        tmp_path / "jobs.jsonl",
+        {"queue": "a/b"},
+        {"payload_base64": base64.b64encode(b"x" * 2_000_000).decode()},
+        {"queue": "q" * 600},
+        {},
+    )
+    assert await run("enqueue", queue, "t", "--jsonl", str(path), "--addr", server.addr) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "1 accepted, 0 rejected, 3 malformed",
+        "  line 1: malformed: queue name 'a/b' must not contain '/'",
+        "  line 2: malformed: the payload is 2,000,000 bytes, over the server's "
+        "max_payload_bytes (1,048,576)",
+        "  line 3: malformed: the queue name is 600 bytes, over the server's "
+        "max_queue_name_bytes (512)",
+    ]
+    assert server.counts(queue).ready == 1
+
+
+# -- the drain's confirmation, requeue ---------------------------------------------------
+
+
+async def test_drain_without_a_terminal_needs_out_or_yes(
+    server: SeppTestServer, client: sepp.SeppClient, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Before: in a pipe, a cron job or CI the drain ran unguarded.
+    queue = unique_queue()
+    await dead_letter(client, queue, 2)
+    assert await run("drain-dead-letters", "--addr", server.addr, "--queue", queue) == 2
+    assert one_line(capsys.readouterr().err) == (
+        "error: draining removes the dead letters from the server for good; without a "
+        "terminal, pass --out FILE to append them to a file, or --yes to write them to stdout"
+    )
+    assert server.counts(queue).dead == 2
+
+
+async def test_drain_calls_grow_from_one_record_to_the_batch(
+    server: SeppTestServer, client: sepp.SeppClient, tmp_path: Path
+) -> None:
+    asked: list[int] = []
+    real = sepp.SeppClient.drain_dead_letters
+
+    async def recording(self: sepp.SeppClient, queue: Any = None, max_records: int = 1) -> Any:
+        asked.append(max_records)
+        return await real(self, queue, max_records)
+
+    queue = unique_queue()
+    await dead_letter(client, queue, 12)
+    out = tmp_path / "dead.jsonl"
+    argv = ["drain-dead-letters", "--addr", server.addr, "--queue", queue, "--out", str(out)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sepp.SeppClient, "drain_dead_letters", recording)
+        assert await run(*argv, "--batch", "4") == 0
+    # 1 + 2 + 4 + 4 + 1 = 12, then an empty answer ends it.
+    assert asked == [1, 2, 4, 4, 4, 4]
+    assert len(out.read_text().splitlines()) == 12
+
+
+async def test_requeue_replays_records_as_new_jobs(
+    server: SeppTestServer,
+    client: sepp.SeppClient,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    queue = unique_queue()
+    await client.enqueue(
+        sepp.EnqueueRequest(
+            queue,
+            "t",
+            payload=sepp.Payload(b"\x00body", "application/x"),
+            priority=7,
+            max_attempts=5,
+            custom={"tenant": "acme", "n": 3},
+            trace_context=sepp.TraceContext(TRACEPARENT),
+        )
+    )
+    job = await reserve_one(client, queue)
+    assert await client.nack(job.ctx, sepp.RetryDirective.DEAD_LETTER, "broken")
+    archive = tmp_path / "dead.jsonl"
+    assert await run("drain-dead-letters", "--addr", server.addr, "--out", str(archive)) == 0
+    [record] = [json.loads(line) for line in archive.read_text().splitlines()]
+    # A line without job_id and key (written by hand), and one with its own key.
+    write_lines(
+        tmp_path / "more.jsonl",
+        {"queue": queue, "job_type": "u"},
+        {"queue": queue, "job_type": "v", "idempotency_key": "mine", "job_id": "x"},
+        {"queue": queue},
+    )
+    more = tmp_path / "more.jsonl"
+    with archive.open("a") as fh:
+        fh.write(more.read_text())
+    capsys.readouterr()
+    assert await run("requeue-dead-letters", str(archive), "--addr", server.addr) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        "3 accepted, 0 rejected, 1 malformed",
+        "  line 4: malformed: no job_type (a dead-letter record names its queue and job type)",
+        "1 job(s) had no job_id and no idempotency_key: running this file again would "
+        "enqueue them again",
+    ]
+    replayed = await reserve_one(client, queue)
+    assert replayed.ctx.id != record["job_id"]
+    assert replayed.payload == sepp.Payload(b"\x00body", "application/x")
+    assert replayed.ctx.priority == sepp.Priority(7) and replayed.ctx.max_attempts == 5
+    assert replayed.ctx.attempt == 1  # a new job: its attempts count from 1 again
+    assert replayed.ctx.custom == {"tenant": "acme", "n": 3}
+    assert replayed.ctx.trace_context == sepp.TraceContext(TRACEPARENT)
+    # Again: the record and the keyed line are deduplicated, the keyless line is not.
+    assert await run("requeue-dead-letters", str(archive), "--addr", server.addr) == 1
+    assert capsys.readouterr().out.splitlines()[0] == (
+        "3 accepted (2 deduplicated), 0 rejected, 1 malformed"
+    )
+    assert server.counts(queue).ready == 3  # u twice, v once (the record's job is reserved)
+
+
+# -- output helpers, errors in words -------------------------------------------------------
+
+
+def test_reader_gone_tells_a_pipe_without_reader() -> None:
+    read_end, write_end = os.pipe()
+    try:
+        assert not common.reader_gone(write_end)
+        os.close(read_end)
+        read_end = -1
+        assert common.reader_gone(write_end)
+    finally:
+        os.close(write_end)
+        if read_end != -1:
+            os.close(read_end)
+
+
+def test_a_regular_file_never_has_a_gone_reader(tmp_path: Path) -> None:
+    with open(tmp_path / "f", "wb") as fh:
+        assert not common.reader_gone(fh.fileno()) and common.is_regular_file(fh.fileno())
+
+
+@pytest.mark.parametrize(
+    ("error", "words"),
+    [
+        (ConnectionRefusedError(errno.ECONNREFUSED, "Connection refused"), "connection refused"),
+        (
+            OSError(errno.ENETUNREACH, "Network is unreachable"),
+            "the network is unreachable (this machine has no route to it)",
+        ),
+        (
+            OSError(errno.EHOSTUNREACH, "No route to host"),
+            "the host is unreachable (it is down, or no route leads to it)",
+        ),
+        (
+            socket.gaierror(socket.EAI_NONAME, "Name or service not known"),
+            "cannot resolve the host name: no such host (the name is not known to DNS)",
+        ),
+        (
+            socket.gaierror(socket.EAI_AGAIN, "Temporary failure in name resolution"),
+            "cannot resolve the host name: the name could not be resolved now (is DNS reachable?)",
+        ),
+        (
+            OSError(
+                "Multiple exceptions: [Errno 111] Connect call failed ('::1', 1, 0, 0), "
+                "[Errno 111] Connect call failed ('127.0.0.1', 1)"
+            ),
+            "connection refused",
+        ),
+    ],
+)
+def test_network_errors_in_words(error: OSError, words: str) -> None:
+    assert describe_connect_failure(error) == (words, None)
+
+
+async def test_an_unreachable_network_is_said_in_words(capsys: pytest.CaptureFixture[str]) -> None:
+    # Linux refuses a TCP connect to a multicast address with ENETUNREACH at once.
+    assert await run("info", "--addr", "224.0.0.1:50051", "--timeout", "5") == 2
+    err = one_line(capsys.readouterr().err)
+    assert err == (
+        "error: cannot connect to the sepp server at 224.0.0.1:50051: the network is "
+        "unreachable (this machine has no route to it)"
+    )

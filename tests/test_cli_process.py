@@ -115,24 +115,49 @@ async def test_tls_with_a_ca_file(tmp_path: Path) -> None:
         assert err == f"error: cannot read --ca {missing}: No such file or directory\n"
 
 
-async def test_a_tls_mismatch_says_what_to_try(tmp_path: Path) -> None:
-    # The hint comes from ConnectError.server_uses_tls, which the transport sets when it
-    # can tell a TLS server met in plaintext from the reverse (the HTTP/2 transport of
-    # sepp_lite/_http2; until it lands there is no hint and this test fails).
+async def test_a_tls_mismatch_says_the_one_thing_that_is_true(tmp_path: Path) -> None:
+    # Before: "...: is the server using TLS? It answered in plaintext: connect without
+    # TLS (http://); is the server not using TLS? try without --tls, --ca and https://".
     ca_file = tmp_path / "ca.pem"
     ca_file.write_bytes(ca_pem())
     async with SeppTestServer(**server_pem()) as tls_server, SeppTestServer() as plain_server:
         addr = f"localhost:{tls_server.port}"
         code, out, err = await sepp_lite("info", "--addr", addr, "--timeout", "5")
-        assert (code, out) == (2, "") and err.count("\n") == 1
-        assert err.startswith(f"error: cannot connect to the sepp server at {addr}")
-        assert err.endswith(
-            "; is the server using TLS? try --tls (or --ca FILE for a private CA)\n"
+        assert (code, out) == (2, "")
+        assert err == (
+            f"error: cannot connect to the sepp server at {addr}: the server uses TLS: "
+            "connect with --tls (or --ca FILE for a private CA)\n"
         )
         addr = f"localhost:{plain_server.port}"
-        code, out, err = await sepp_lite("info", "--addr", addr, "--ca", str(ca_file))
-        assert (code, out) == (2, "") and err.count("\n") == 1
-        assert err.endswith("; is the server not using TLS? try without --tls, --ca and https://\n")
+        for options in (["--ca", str(ca_file)], ["--tls"]):
+            code, out, err = await sepp_lite("info", "--addr", addr, *options)
+            assert (code, out) == (2, "")
+            assert err == (
+                f"error: cannot connect to the sepp server at {addr}: the server does not "
+                "use TLS: connect without --tls, --ca and https://\n"
+            )
+
+
+@pytest.mark.parametrize("command", [["-m", "sepp_lite", "serve"], ["-m", "sepp_lite.testing"]])
+async def test_serve_names_the_address_it_could_not_bind(
+    server: SeppTestServer, command: list[str]
+) -> None:
+    # Before: "error: cannot listen: [Errno 98] Address already in use".
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        *command,
+        "--port",
+        str(server.port),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=child_env(),
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), 30)
+    assert proc.returncode == (2 if command[1] == "sepp_lite" else 1) and out == b""
+    assert err.decode() == (
+        f"error: cannot listen on 127.0.0.1:{server.port}: the address is already in use "
+        "(is another server running there? --port 0 picks a free port)\n"
+    )
 
 
 async def test_the_console_script_is_installed() -> None:

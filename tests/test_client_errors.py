@@ -27,6 +27,7 @@ from sepp_lite import (
     MalformedResponseError,
     MalformedServerInfoError,
     OverloadedError,
+    RequestTooLargeError,
     ResponseTooLargeError,
     RetryPolicy,
     SeppClient,
@@ -106,6 +107,8 @@ def expected_error(status: Status, kind: str) -> type[SeppError]:
         return AttemptMismatchError
     if kind == "reserve" and status is Status.FAILED_PRECONDITION:
         return UnknownQueuesError
+    if status is Status.OUT_OF_RANGE:  # sepp's answer to a request over its size limit
+        return RequestTooLargeError
     return GENERIC.get(status, UnexpectedStatusError)
 
 

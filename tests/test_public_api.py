@@ -33,7 +33,7 @@ QueueFull QueueClosing UnknownRejection
 ADDED = {
     "SeppClient.__init__": {"max_receive_message_bytes", "check_payload_limit"},
     "SeppClient.connect": {"keepalive_time", "keepalive_timeout", "check_payload_limit"},
-    "Worker.__init__": {"shutdown_timeout"},
+    "Worker.__init__": {"shutdown_timeout", "sync_threads", "wait_for_server"},
     "Worker.run": {"until_idle"},
     "ConnectError.__init__": {"server_uses_tls"},
 }

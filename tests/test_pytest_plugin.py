@@ -15,7 +15,7 @@ import pytest
 
 import sepp_lite
 from sepp_lite.sync import SeppClient
-from tests.test_readme import start_server, stop
+from tests.doc_examples import start_server, stop
 
 pytest_plugins = ["pytester"]
 pytestmark = pytest.mark.timeout(180)

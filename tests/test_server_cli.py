@@ -214,3 +214,36 @@ def test_serve_arguments_are_reusable(tmp_path: Path):
         config_from_args(parser.parse_args(["--tls-key", "k.pem"]))
     with pytest.raises(ConfigError, match="must not be negative"):
         config_from_args(parser.parse_args(["--dead-letter-retention", "-1"]))
+
+
+async def test_sepp_lite_serve_config_warns_about_a_typo(tmp_path: Path):
+    config = tmp_path / "sepp.toml"
+    config.write_text("[storage]\ndead_letter_retenton_ms = 60000\n[server]\nstrict_queue = 1\n")
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "sepp_lite",
+        "serve",
+        "--port",
+        "0",
+        "--config",
+        str(config),
+        cwd=ROOT,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert proc.stdout is not None
+        line = (await asyncio.wait_for(proc.stdout.readline(), 30)).decode()
+        assert "queue server listening" in line
+        proc.send_signal(signal.SIGTERM)
+        _, err = await asyncio.wait_for(proc.communicate(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.communicate()
+    warnings = [line.split(": ", 1)[1] for line in err.decode().splitlines()]
+    assert warnings == [
+        "ignoring unknown config key server.strict_queue",
+        "ignoring unknown config key storage.dead_letter_retenton_ms",
+    ]

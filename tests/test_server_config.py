@@ -217,3 +217,69 @@ def test_rust_debug_quoting():
     assert rust_debug("it's") == '"it\'s"'
     assert rust_debug_list(["a", "b"]) == '["a", "b"]'
     assert rust_debug_list([]) == "[]"
+
+
+def test_unknown_keys_and_sections_warn_in_every_section(tmp_path: Path, caplog):
+    # Before: only [limits] and [[queues]] warned; a typo under [server], [auth] or
+    # [storage] was dropped without a word (the README promised a warning).
+    path = tmp_path / "typos.toml"
+    path.write_text(
+        """
+[server]
+listen_adr = "127.0.0.1:7000"
+strict_queues = true
+
+[auth]
+api_key = ["k"]
+
+[limits]
+max_payload_byte = 5
+
+[storage]
+dead_letter_retenton_ms = 5000
+db_path = "./sepp-data"
+
+[tracing]
+enabled = true
+
+[admin]
+listen_addr = "127.0.0.1:9465"
+
+[metrics]
+enabled = true
+
+[[queues]]
+name = "emails"
+max_atempts = 3
+"""
+    )
+    with caplog.at_level(logging.WARNING, logger="sepp_lite.testing._config"):
+        config = ServerConfig.from_toml(path)
+    warned = sorted(record.getMessage() for record in caplog.records)
+    assert warned == [
+        "ignoring unknown config key auth.api_key",
+        "ignoring unknown config key limits.max_payload_byte",
+        "ignoring unknown config key queues[].max_atempts",
+        "ignoring unknown config key server.listen_adr",
+        "ignoring unknown config key storage.dead_letter_retenton_ms",
+        "ignoring unknown config section [metrics]",
+    ]
+    # The known keys beside them still count; the real server's own settings this
+    # server has no use for (db_path, [tracing], [admin]) pass without a word.
+    assert config.strict_queues and config.port == 0 and config.api_key_set is None
+    assert config.dead_letter_retention_ms == 0
+
+
+def test_tomli_is_a_runtime_dependency_where_tomllib_is_missing():
+    # `sepp-lite serve --config` needs a TOML parser on 3.9 and 3.10 too (before, tomli
+    # was only a test extra, so a plain install failed there).
+    tomllib = pytest.importorskip("tomllib")
+    from packaging.markers import Marker
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((Path(__file__).parent.parent / "pyproject.toml").read_text())
+    requirements = [Requirement(text) for text in project["project"]["dependencies"]]
+    [tomli] = [req for req in requirements if req.name == "tomli"]
+    assert tomli.marker is not None and str(tomli.marker) == str(Marker('python_version < "3.11"'))
+    for version, needed in (("3.9", True), ("3.10", True), ("3.11", False), ("3.13", False)):
+        assert tomli.marker.evaluate({"python_version": version}) is needed

@@ -107,10 +107,11 @@ async def test_registration(client: sepp.SeppClient) -> None:
     with pytest.raises(sepp.DuplicateHandlerError):
         worker.handler("a")(second)
     worker.replace_handler("a", second)
-    assert worker._handlers["a"] is second
+    assert worker._handlers["a"].fn is second
     worker.remove_handler("a").remove_handler("missing")
     assert "a" not in worker._handlers
-    assert worker.catch_all(first) is first and worker._catch_all is first
+    assert worker.catch_all(first) is first
+    assert worker._catch_all is not None and worker._catch_all.fn is first
 
 
 # -- outcomes ----------------------------------------------------------------------
@@ -540,7 +541,10 @@ async def test_worker_clamps_to_the_server_limits(caplog: pytest.LogCaptureFixtu
         assert worker._opts.max_jobs == 4
         assert worker._opts.lease_duration == timedelta(seconds=2)
         assert worker._opts.wait_timeout == timedelta(seconds=1)
-        assert any("clamped to the server's limits" in r.getMessage() for r in caplog.records)
+        [clamped] = [r for r in caplog.records if "clamped to the server's limits" in r.msg]
+        assert clamped.levelname == "WARNING"
+        assert "lease 60 s -> 2 s" in clamped.getMessage()
+        assert "wait 30 s -> 1 s" in clamped.getMessage()
         [ctx] = seen
         lease = (ctx.lease_expires_at - ctx.enqueued_at).total_seconds()
         assert lease <= 2.5

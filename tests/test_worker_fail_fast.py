@@ -166,5 +166,10 @@ async def test_retries_a_handler_asks_for_are_info_and_dead_letters_warnings(
     assert levels == {
         "handler asked for after: busy": "INFO",
         "handler asked for default: flaky": "INFO",
-        "handler asked for dead_letter: bad input": "WARNING",
+        "handler asked for dead_letter: bad input": "INFO",
     }
+    # The dead letter itself: one WARNING, once the server confirmed it.
+    [dead] = [r for r in caplog.records if "dead-lettered" in r.getMessage()]
+    assert dead.levelname == "WARNING"
+    assert "type 'never'" in dead.getMessage() and f"queue {queue!r}" in dead.getMessage()
+    assert "HandlerError.permanent" in dead.getMessage() and "bad input" in dead.getMessage()

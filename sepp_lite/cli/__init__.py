@@ -2,22 +2,24 @@
 
 Subcommands: ``serve`` (the in-process server of :mod:`sepp_lite.testing`), ``info``,
 ``enqueue`` (one job, or many from JSON lines), ``worker MODULE:OBJECT``,
-``drain-dead-letters`` and ``demo``.
+``drain-dead-letters``, ``requeue-dead-letters`` and ``demo``.
 
 Exit status: 0 on success; 1 when the server answered and refused (a rejected job, a
-wrong API key, an invalid request), a worker was stopped hard, or an unexpected
-internal error; 2 for usage, input and connection errors. Failures are reported as one
-``error: ...`` line on stderr, with the traceback only under ``--debug``. The API key
-is never printed or logged.
+wrong API key, an invalid request), a worker was stopped hard, the drain could not
+write what it drained, or an unexpected internal error; 2 for usage, input and
+connection errors. Failures are reported as one ``error: ...`` line on stderr, with the
+traceback only under ``--debug``. The API key is never printed or logged. A reader that
+goes away (a closed pipe) ends a command quietly with 0, except the drain.
 
 This module builds the parser and runs a command. Each command lives in its own
 module (:mod:`~sepp_lite.cli.serve`, :mod:`~sepp_lite.cli.info`,
 :mod:`~sepp_lite.cli.enqueue`, :mod:`~sepp_lite.cli.worker`,
-:mod:`~sepp_lite.cli.drain`, :mod:`~sepp_lite.cli.demo`), which adds its subparser
-with ``add_parser`` and sets the coroutine that runs it as ``handler``; what they
-share (exit statuses, error reporting, terminal output, argument types, connecting)
-is :mod:`~sepp_lite.cli.common`. Imports go one way: this module, then the commands,
-then ``common``.
+:mod:`~sepp_lite.cli.drain`, :mod:`~sepp_lite.cli.requeue`,
+:mod:`~sepp_lite.cli.demo`), which adds its subparser with ``add_parser`` and sets the
+coroutine that runs it as ``handler``; what they share (exit statuses, error
+reporting, terminal output, argument types, connecting) is
+:mod:`~sepp_lite.cli.common`. Imports go one way: this module, then the commands, then
+``common``.
 """
 
 from __future__ import annotations
@@ -32,8 +34,15 @@ from collections.abc import Iterator, Sequence
 from typing import NoReturn, Optional
 
 from sepp_lite._version import __version__
-from sepp_lite.cli import demo, drain, enqueue, info, serve, worker
-from sepp_lite.cli.common import CONNECTION_OPTIONS, EXIT_USAGE, connection_parent, report
+from sepp_lite.cli import demo, drain, enqueue, info, requeue, serve, worker
+from sepp_lite.cli.common import (
+    CONNECTION_OPTIONS,
+    EXIT_OK,
+    EXIT_USAGE,
+    connection_parent,
+    report,
+    silence_stdout,
+)
 
 __all__ = ["build_parser", "main", "misplaced_options"]
 
@@ -41,8 +50,8 @@ _LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _EPILOG = """\
 exit status: 0 success; 1 the server refused (a rejected job, a wrong API key, an
-invalid request), a worker was stopped hard, or an unexpected internal error; 2 usage,
-input or connection errors.
+invalid request), a worker was stopped hard, the drain could not write its output, or
+an unexpected internal error; 2 usage, input or connection errors.
 Options go after the command: sepp-lite info --addr HOST:PORT
 """
 
@@ -113,6 +122,7 @@ def build_parser() -> _Parser:
     enqueue.add_parser(commands, client_parents)
     worker.add_parser(commands, client_parents)
     drain.add_parser(commands, client_parents)
+    requeue.add_parser(commands, client_parents)
     demo.add_parser(commands, [connection_parent(embedded_default=True), _debug_parent()])
     parser.command_names = tuple(commands.choices)
     return parser
@@ -151,7 +161,22 @@ def _logging_for(args: argparse.Namespace) -> Iterator[None]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """Run ``sepp-lite`` with ``argv`` (default ``sys.argv[1:]``); return the exit status."""
+    """Run ``sepp-lite`` with ``argv`` (default ``sys.argv[1:]``); return the exit status.
+
+    When the reader of the output goes away (``sepp-lite info | head -1``), the command
+    ends quietly with status 0, as ``git log | head`` does: the reader got what it
+    wanted. (``drain-dead-letters`` handles its own output, and fails then: what it
+    could not write matters.)"""
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit, where a broken pipe could not be handled
+    except BrokenPipeError:
+        silence_stdout()
+        return EXIT_OK
+    return code
+
+
+def _main(argv: Optional[Sequence[str]]) -> int:
     parser = build_parser()
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
@@ -168,7 +193,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         except KeyboardInterrupt:
             print("error: interrupted", file=sys.stderr)
             return 130
+        except BrokenPipeError:
+            raise  # the reader has gone: see main()
         except Exception as exc:
             return report(exc, bool(getattr(args, "debug", False)))
-    sys.stdout.flush()
     return code

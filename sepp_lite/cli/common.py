@@ -8,14 +8,16 @@ import argparse
 import math
 import os
 import ssl
+import stat
 import sys
 import time
 import traceback
 from datetime import datetime, timezone
 from typing import IO, Any, Callable, Optional
 
-from sepp_lite import errors
+from sepp_lite import _validate, errors
 from sepp_lite.client import SeppClient
+from sepp_lite.types import EnqueueRequest, ServerInfo
 
 __all__ = [
     "CONNECTION_OPTIONS",
@@ -35,11 +37,17 @@ __all__ = [
     "exit_code_for",
     "int_in",
     "is_terminal",
+    "is_regular_file",
     "iso",
+    "job_limit_problem",
+    "job_type_arg",
     "non_negative_seconds",
     "positive_seconds",
+    "queue_name_arg",
     "read_bytes",
+    "reader_gone",
     "report",
+    "silence_stdout",
 ]
 
 EXIT_OK = 0
@@ -90,20 +98,25 @@ def describe(error: BaseException) -> str:
     if isinstance(error, errors.UnauthenticatedError):
         return f"the server refused the credentials: {text}"
     if isinstance(error, errors.ConnectError):
-        return text + _tls_hint(error)
+        return _tls_mismatch(error) or text
     if isinstance(error, _SELF_EXPLAINED):
         return text
     return f"{type(error).__name__}: {text}"
 
 
-def _tls_hint(error: errors.ConnectError) -> str:
-    # The transport tells a TLS server met in plaintext (True) from the reverse (False).
+# The transport tells a TLS server met in plaintext (True) from the reverse (False);
+# the command line then says that one fact, with the options that fix it.
+_TLS_MISMATCH = {
+    True: "the server uses TLS: connect with --tls (or --ca FILE for a private CA)",
+    False: "the server does not use TLS: connect without --tls, --ca and https://",
+}
+
+
+def _tls_mismatch(error: errors.ConnectError) -> Optional[str]:
     uses_tls = getattr(error, "server_uses_tls", None)
-    if uses_tls is True:
-        return "; is the server using TLS? try --tls (or --ca FILE for a private CA)"
-    if uses_tls is False:
-        return "; is the server not using TLS? try without --tls, --ca and https://"
-    return ""
+    if uses_tls is None:
+        return None
+    return f"cannot connect to the sepp server at {error.addr}: {_TLS_MISMATCH[bool(uses_tls)]}"
 
 
 def report(error: BaseException, debug: bool) -> int:
@@ -119,6 +132,52 @@ def report(error: BaseException, debug: bool) -> int:
         message = f"unexpected {message}" + ("" if debug else " (--debug shows the traceback)")
     print(f"error: {message}", file=sys.stderr)
     return code
+
+
+# -- output ---------------------------------------------------------------------------
+
+
+def silence_stdout() -> None:
+    """Point stdout at the null device once its reader has gone, so that the flush at
+    exit has somewhere to go instead of failing again (and printing about it)."""
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (tests capture it)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
+
+
+def reader_gone(fd: int) -> bool:
+    """Whether ``fd`` is a pipe or socket whose reader has gone (a write would fail
+    with EPIPE); False for files, terminals and where it cannot be told."""
+    try:
+        import select
+
+        poller = select.poll()
+    except (ImportError, AttributeError):  # pragma: no cover - no poll() (Windows)
+        return False
+    try:
+        mode = os.fstat(fd).st_mode
+    except OSError:
+        return False
+    if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+        return False
+    # A pipe's write end polls as POLLERR once no reader is left (Linux, the BSDs and
+    # macOS), a socket's as POLLHUP when its peer has closed.
+    poller.register(fd, select.POLLOUT)
+    return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
+
+
+def is_regular_file(fd: int) -> bool:
+    """Whether ``fd`` is a regular file (where fsync means something)."""
+    try:
+        return stat.S_ISREG(os.fstat(fd).st_mode)
+    except OSError:
+        return False
 
 
 # -- terminal output ------------------------------------------------------------------
@@ -261,6 +320,61 @@ def int_in(low: int, high: int) -> Callable[[str], int]:
     return parse
 
 
+def queue_name_arg(text: str) -> str:
+    """An argument type: a queue name the server accepts (the client's own rule, so a
+    bad name is a usage error in every command, before anything is sent)."""
+    problem = _validate.queue_name_error(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(f"queue name {text!r} {problem}")
+    return text
+
+
+def job_type_arg(text: str) -> str:
+    """An argument type: a job type (the server refuses only an empty one)."""
+    if not text:
+        raise argparse.ArgumentTypeError("the job type must not be empty")
+    return text
+
+
+# The server's gRPC message limit (limits.max_message_bytes, 16 MiB unless configured
+# otherwise); it is not advertised, so a request over it is refused here.
+MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+
+
+def job_limit_problem(job: EnqueueRequest, size: int, info: Optional[ServerInfo]) -> Optional[str]:
+    """Why the server would refuse ``job`` (``size`` bytes encoded) for its size or a
+    name's length, by its advertised global limits (``info``) and then its message
+    limit, or None: one answer for each mistake, however large. (A queue may be
+    configured with other limits than the global ones; the library checks payloads
+    against the same global value.)"""
+    sized = []
+    if info is not None:
+        sized = [
+            ("queue name", len(job.queue.encode()), info.max_queue_name_bytes),
+            ("job type", len(job.job_type.encode()), info.max_job_type_bytes),
+            (
+                "idempotency key",
+                len((job.idempotency_key or "").encode()),
+                info.max_idempotency_key_bytes,
+            ),
+            (
+                "payload",
+                0 if job.payload is None else len(job.payload.data),
+                info.max_payload_bytes,
+            ),
+        ]
+    for what, actual, limit in sized:
+        if limit and actual > limit:
+            setting = "max_" + what.replace(" ", "_") + "_bytes"
+            return f"the {what} is {actual:,} bytes, over the server's {setting} ({limit:,})"
+    if size > MAX_MESSAGE_BYTES:
+        return (
+            f"the job is {size:,} bytes encoded, over the {MAX_MESSAGE_BYTES:,} bytes a "
+            "request may carry"
+        )
+    return None
+
+
 Commands = Any  # argparse's _SubParsersAction is private
 
 
@@ -352,4 +466,6 @@ async def connect(
     try:
         return await client_class.connect(target, **options)
     except ValueError as exc:
-        raise CliError(f"bad address {target!r}: {exc}") from exc
+        # The address's message names the whole address and what is wrong with it.
+        text = str(exc)
+        raise CliError(f"--addr: {text}" if "the address" in text else text) from exc

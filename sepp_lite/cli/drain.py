@@ -1,24 +1,55 @@
 """``sepp-lite drain-dead-letters``: remove dead-lettered jobs from the server and write
-them as JSON lines that ``sepp-lite enqueue --jsonl`` replays."""
+them as JSON lines that ``sepp-lite requeue-dead-letters`` replays.
+
+Draining is destructive: the server deletes the records it returns. So nothing drained
+is dropped unwritten: each call's records are written (and, into a regular file,
+fsynced) before the next call asks for more, and the drain stops at the first failed
+write. The records of the call whose write failed are no longer on the server; they
+go to stderr instead, and the error line says how many were written and how many
+went there. Calls start small (1 record, then 2, 4, ... up to ``--batch``), so output
+that fails from the start costs one record, not a batch; into a pipe the batches stay
+small (16), and before each call the drain checks that the pipe still has a reader.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import base64
 import contextlib
 import json
+import os
+import select
+import signal
 import sys
 from collections.abc import Iterator
 from typing import IO, Any, Optional
 
 from sepp_lite import errors
-from sepp_lite.cli.common import EXIT_OK, CliError, Commands, connect, int_in, is_terminal, iso
+from sepp_lite.cli.common import (
+    EXIT_OK,
+    EXIT_REFUSED,
+    CliError,
+    Commands,
+    connect,
+    int_in,
+    is_regular_file,
+    is_terminal,
+    iso,
+    queue_name_arg,
+    reader_gone,
+    silence_stdout,
+)
 from sepp_lite.client import SeppClient
 from sepp_lite.types import DeadLetterRecord
 
-__all__ = ["add_parser", "record_to_json"]
+__all__ = ["Output", "add_parser", "record_to_json"]
 
-_DRAIN_PAGE = 256
+# Records per DrainDeadLetters call, at most: into a regular file a loss needs a failed
+# write (a full disk), into a pipe only a reader that goes away, which happens.
+FILE_BATCH = 256
+STREAM_BATCH = 16
+_EXIT_INTERRUPTED = 130
 
 
 def add_parser(commands: Commands, parents: list[argparse.ArgumentParser]) -> None:
@@ -28,16 +59,27 @@ def add_parser(commands: Commands, parents: list[argparse.ArgumentParser]) -> No
         parents=parents,
         help="remove dead-lettered jobs from the server and write them as JSON lines",
         description="Remove dead-lettered jobs from the server (destructive: they are gone "
-        "from the server afterwards) and write them as JSON lines, payload as base64. "
-        "The output can be replayed with: sepp-lite enqueue QUEUE --jsonl FILE. "
-        "When stdout is a terminal, --yes is required.",
+        "from the server afterwards) and write them as JSON lines, payload as base64, "
+        "which sepp-lite requeue-dead-letters FILE enqueues again. Each call's records "
+        "are written (and fsynced into a file) before the next call; at the first failed "
+        "write the drain stops, prints the records it could not write on stderr and "
+        "exits 1. --yes is required unless stdout is not a terminal and --out is given.",
     )
-    parser.add_argument("--queue", metavar="Q", help="only this queue's dead letters")
+    parser.add_argument(
+        "--queue", metavar="Q", type=queue_name_arg, help="only this queue's dead letters"
+    )
     parser.add_argument(
         "--max", type=int_in(0, 2**31), metavar="N", help="drain at most N (default: all)"
     )
     parser.add_argument(
         "--out", metavar="FILE", help="append the records to FILE instead of stdout"
+    )
+    parser.add_argument(
+        "--batch",
+        type=int_in(1, 2**31),
+        metavar="N",
+        help=f"records per call, at most (default {FILE_BATCH} into a regular file, "
+        f"{STREAM_BATCH} into a pipe or terminal); the first calls ask for 1, 2, 4, ...",
     )
     parser.add_argument("--yes", action="store_true", help="yes, remove them from the server")
     parser.set_defaults(handler=_cmd_drain)
@@ -69,54 +111,249 @@ def record_to_json(record: DeadLetterRecord) -> dict[str, Any]:
     }
 
 
-async def _drain_into(
-    client: SeppClient, queue: Optional[str], limit: Optional[int], out: IO[str]
-) -> int:
-    count = 0
-    try:
-        while limit is None or count < limit:
-            want = _DRAIN_PAGE if limit is None else min(_DRAIN_PAGE, limit - count)
-            records = await client.drain_dead_letters(queue, want)
-            if not records:
-                break
-            for record in records:
-                out.write(json.dumps(record_to_json(record), ensure_ascii=False) + "\n")
-            out.flush()  # drained records exist nowhere else now: write them out at once
-            count += len(records)
-    except errors.SeppError:
-        print(f"drained {count:,} dead-letter record(s) before the error", file=sys.stderr)
-        raise
-    return count
+def _line(record: DeadLetterRecord) -> bytes:
+    return (json.dumps(record_to_json(record), ensure_ascii=False) + "\n").encode("utf-8")
+
+
+# -- where the records go -------------------------------------------------------------
+
+
+class Output:
+    """Where drained records go: written one whole record at a time, straight to the
+    file descriptor (no buffer that could hold records a failed flush loses track
+    of), so after a failed write it is known which records made it. ``name`` is what
+    messages call it; ``stream`` is used when there is no descriptor (an in-process
+    caller's captured stdout). ``appending``: the descriptor is a file this command
+    opened to append to, so a partial line a failed write leaves at its end is cut."""
+
+    def __init__(
+        self,
+        name: str,
+        fd: Optional[int],
+        stream: Optional[IO[str]] = None,
+        *,
+        appending: bool = False,
+    ) -> None:
+        self.name = name
+        self.fd = fd
+        self.stream = stream
+        self.is_file = fd is not None and is_regular_file(fd)
+        self.appending = appending and self.is_file
+
+    def write(self, line: bytes) -> None:
+        """Write one record's line whole, or raise ``OSError``; a partial line left in
+        a regular file by a failed write is cut off again."""
+        if self.fd is None:
+            assert self.stream is not None
+            self.stream.write(line.decode("utf-8"))
+            self.stream.flush()
+            return
+        end = os.fstat(self.fd).st_size if self.appending else 0
+        try:
+            _write_all(self.fd, line)
+        except OSError:
+            if self.appending:  # the archive stays whole lines, however it failed
+                with contextlib.suppress(OSError):
+                    os.ftruncate(self.fd, end)
+            raise
+
+    def commit(self) -> None:
+        """Make what was written durable (fsync, for a regular file) before the next
+        call removes more records from the server; ``OSError`` when that fails."""
+        if self.is_file:
+            assert self.fd is not None
+            os.fsync(self.fd)
+
+    def reader_gone(self) -> bool:
+        """Whether the output is a pipe whose reader has gone (writing would fail)."""
+        return self.fd is not None and reader_gone(self.fd)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view) :]
+        except BlockingIOError:  # a non-blocking descriptor handed down to us
+            select.select([], [fd], [])
 
 
 @contextlib.contextmanager
-def _output(path: Optional[str]) -> Iterator[IO[str]]:
+def _output(path: Optional[str]) -> Iterator[Output]:
     if path is None:
-        yield sys.stdout
+        try:
+            sys.stdout.flush()
+            fd: Optional[int] = sys.stdout.fileno()
+        except (AttributeError, OSError, ValueError):  # no descriptor: captured output
+            fd = None
+        yield Output("stdout", fd, sys.stdout)
         return
     try:
-        # Appending: an earlier drain's output must never be overwritten.
-        fh = open(path, "a", encoding="utf-8")
+        # Appending: an earlier drain's output must never be overwritten. Unbuffered:
+        # each record goes to the file whole, or the failure says which did not.
+        fh = open(path, "ab", buffering=0)
     except OSError as exc:
         raise CliError(f"cannot write --out {path}: {exc.strerror or exc}") from exc
     with fh:
-        yield fh
+        yield Output(path, fh.fileno(), appending=True)
 
 
-async def _cmd_drain(args: argparse.Namespace) -> int:
-    if is_terminal(sys.stdout) and not args.yes:
+# -- the drain ------------------------------------------------------------------------
+
+
+class _WriteFailed(Exception):
+    """Writing a call's records failed: ``unwritten`` were removed from the server but
+    are not in the output."""
+
+    def __init__(self, error: OSError, unwritten: list[DeadLetterRecord]) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.unwritten = unwritten
+
+
+class _Drain:
+    """One drain: how many records were written, and whether Ctrl-C asked it to stop
+    (after the call in flight is answered and written, so that call loses nothing)."""
+
+    def __init__(self, client: SeppClient, out: Output, batch: int) -> None:
+        self.client = client
+        self.out = out
+        self.batch = batch
+        self.written = 0
+        self.interrupted = False
+        self.reader_left = False
+
+    async def run(self, queue: Optional[str], limit: Optional[int]) -> None:
+        """Drain until the server has no more, ``limit`` records were drained, Ctrl-C,
+        or the output's reader has gone; raises :class:`_WriteFailed` or the call's
+        :class:`~sepp_lite.errors.SeppError`."""
+        size = 1  # the first calls are small: output that fails at once costs little
+        while (limit is None or self.written < limit) and not self.interrupted:
+            if self.out.reader_gone():
+                self.reader_left = True
+                return
+            want = min(size, self.batch)
+            if limit is not None:
+                want = min(want, limit - self.written)
+            records = await self.client.drain_dead_letters(queue, want)
+            if not records:
+                return
+            self.write(records)
+            size = min(size * 2, self.batch)
+
+    def write(self, records: list[DeadLetterRecord]) -> None:
+        """Write one call's records and commit them; :class:`_WriteFailed` with the
+        ones not known to be in the output."""
+        done = 0
+        try:
+            for record in records:
+                self.out.write(_line(record))
+                done += 1
+            self.out.commit()
+        except OSError as exc:
+            # After a failed fsync nothing of this call is known to be on disk: all of
+            # it goes to stderr too (a record twice is better than a record lost).
+            kept = 0 if done == len(records) else done
+            self.written += kept
+            raise _WriteFailed(exc, records[kept:]) from exc
+        self.written += done
+
+
+@contextlib.contextmanager
+def _first_sigint(drain: _Drain) -> Iterator[None]:
+    """While the drain runs, the first Ctrl-C stops it after the call in flight (whose
+    records the server may already have removed); a second one interrupts at once."""
+    loop = asyncio.get_running_loop()
+
+    def first() -> None:
+        drain.interrupted = True
+        loop.remove_signal_handler(signal.SIGINT)  # the next one interrupts at once
+        print("stopping after the call in flight (Ctrl-C again to stop now)", file=sys.stderr)
+
+    try:
+        loop.add_signal_handler(signal.SIGINT, first)
+    except (ValueError, RuntimeError, NotImplementedError):  # not the main thread; Windows
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+def _check_confirmation(args: argparse.Namespace) -> None:
+    if args.yes:
+        return
+    if is_terminal(sys.stdout):
         raise CliError(
             "draining removes the dead letters from the server for good; "
             "pass --yes to go ahead (and --out FILE to keep them in a file)"
         )
+    if args.out is None:
+        raise CliError(
+            "draining removes the dead letters from the server for good; without a "
+            "terminal, pass --out FILE to append them to a file, or --yes to write them "
+            "to stdout"
+        )
+
+
+def _write_failure(drain: _Drain, failed: _WriteFailed) -> str:
+    """The error line of a failed write; the unwritten records go to stderr first."""
+    for record in failed.unwritten:
+        with contextlib.suppress(OSError):
+            sys.stderr.write(_line(record).decode("utf-8"))
+    reason = failed.error.strerror or str(failed.error)
+    text = (
+        f"cannot write to {drain.out.name}: {reason[:1].lower() + reason[1:]}; "
+        f"{drain.written:,} dead-letter record(s) written"
+    )
+    if failed.unwritten:
+        text += (
+            f"; the {len(failed.unwritten):,} record(s) of the last call, no longer on the "
+            "server, could not be written: they are above, on stderr"
+        )
+    return text + "; any others are still on the server"
+
+
+def _summary(drain: _Drain, out: Optional[str], retention: bool) -> str:
+    message = f"drained {drain.written:,} dead-letter record(s)"
+    if out is not None:
+        message += f" into {out}"
+    if drain.written == 0 and not retention:
+        message += " (dead-letter retention is off on this server: it keeps none)"
+    return message
+
+
+async def _cmd_drain(args: argparse.Namespace) -> int:
+    _check_confirmation(args)
     async with await connect(args) as client:
         info = await client.get_server_info()
         with _output(args.out) as out:
-            count = await _drain_into(client, args.queue, args.max, out)
-    message = f"drained {count:,} dead-letter record(s)"
-    if args.out is not None:
-        message += f" into {args.out}"
-    if count == 0 and not info.dead_letter_retention_enabled:
-        message += " (dead-letter retention is off on this server: it keeps none)"
-    print(message, file=sys.stderr)
+            batch = args.batch or (FILE_BATCH if out.is_file else STREAM_BATCH)
+            drain = _Drain(client, out, min(batch, max(1, info.max_reserve_batch)))
+            try:
+                with _first_sigint(drain):
+                    await drain.run(args.queue, args.max)
+            except _WriteFailed as failed:
+                if out.fd is not None and args.out is None:
+                    silence_stdout()
+                raise CliError(_write_failure(drain, failed), EXIT_REFUSED) from failed.error
+            except errors.SeppError as exc:
+                maybe = ""
+                if getattr(exc, "ambiguous", False):
+                    maybe = " (the failed call may have removed records it could not return)"
+                written = f"drained {drain.written:,} dead-letter record(s) before the error"
+                print(written + maybe, file=sys.stderr)
+                raise
+    if drain.reader_left:
+        silence_stdout()
+        raise CliError(
+            f"stopped: the reader of stdout has gone; {drain.written:,} dead-letter "
+            "record(s) written, any others are still on the server",
+            EXIT_REFUSED,
+        )
+    print(_summary(drain, args.out, info.dead_letter_retention_enabled), file=sys.stderr)
+    if drain.interrupted:
+        print("error: interrupted; any others are still on the server", file=sys.stderr)
+        return _EXIT_INTERRUPTED
     return EXIT_OK

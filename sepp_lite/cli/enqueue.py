@@ -35,15 +35,29 @@ from sepp_lite.cli.common import (
     describe,
     exit_code_for,
     int_in,
+    job_limit_problem,
+    job_type_arg,
     non_negative_seconds,
+    queue_name_arg,
     read_bytes,
 )
 from sepp_lite.client import SeppClient
-from sepp_lite.types import EnqueueAck, EnqueueRequest, Payload, Primitive, TraceContext
+from sepp_lite.types import (
+    EnqueueAck,
+    EnqueueRequest,
+    Payload,
+    Primitive,
+    ServerInfo,
+    TraceContext,
+)
 
 __all__ = [
     "LineError",
+    "JsonlRun",
     "add_parser",
+    "checked",
+    "decode_line",
+    "enqueue_jsonl",
     "parse_custom_value",
     "parse_line",
     "parse_time",
@@ -76,10 +90,10 @@ keys (all optional but job_type, which may instead come from JOB_TYPE):
   delay            seconds from now (instead of scheduled_at)
   trace_context    {"traceparent": str, "tracestate": str}
 null means "not set". drain-dead-letters output is accepted as is (its extra keys
-job_id, cause, failed_at, final_attempt, last_reason, enqueued_at are ignored), so
-drained jobs can be replayed. Blank lines are skipped; any other line that cannot be
-read is reported with its number. Jobs go out in batches of the server's
-max_enqueue_batch.
+job_id, cause, failed_at, final_attempt, last_reason, enqueued_at are ignored);
+requeue-dead-letters replays it with an idempotency key per record. Blank lines
+are skipped; any other line that cannot be read is reported with its number. Jobs go
+out in batches of the server's max_enqueue_batch.
 """
 
 
@@ -129,9 +143,13 @@ def add_parser(commands: Commands, parents: list[argparse.ArgumentParser]) -> No
         epilog=_JSONL_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("queue", metavar="QUEUE")
+    parser.add_argument("queue", metavar="QUEUE", type=queue_name_arg)
     parser.add_argument(
-        "job_type", metavar="JOB_TYPE", nargs="?", help="the job type (with --jsonl: a default)"
+        "job_type",
+        metavar="JOB_TYPE",
+        nargs="?",
+        type=job_type_arg,
+        help="the job type (with --jsonl: a default)",
     )
     body = parser.add_mutually_exclusive_group()
     body.add_argument("--payload", metavar="TEXT", help="payload text (sent as UTF-8)")
@@ -160,6 +178,16 @@ def add_parser(commands: Commands, parents: list[argparse.ArgumentParser]) -> No
     )
     parser.add_argument(
         "--rejected", metavar="FILE", help="with --jsonl: write lines not enqueued to FILE"
+    )
+    parser.add_argument(
+        "--tasks",
+        metavar="MODULE:OBJECT",
+        help="a sepp_lite.Tasks: then the arguments are JOB_TYPE [INPUT], the input as the "
+        "task reads it (JSON for a dataclass), checked against its type; queue and "
+        "defaults come from the task",
+    )
+    parser.add_argument(
+        "--app-dir", metavar="DIR", help="with --tasks: import from DIR (default: here)"
     )
     parser.set_defaults(handler=_cmd_enqueue)
 
@@ -193,9 +221,13 @@ def _check_enqueue_args(args: argparse.Namespace) -> None:
 
 def _check_request(request: EnqueueRequest) -> int:
     """Check ``request`` as the client does before sending it (``TypeError`` or
-    ``ValueError`` for what enqueue would refuse); return its encoded size, which
-    batches are sized by."""
+    ``ValueError`` for what enqueue would refuse), and its queue name by the server's
+    rule (which the server would answer with a rejection); return its encoded size,
+    which batches are sized by."""
     _validate.enqueue_request(request)
+    problem = _validate.queue_name_error(request.queue)
+    if problem is not None:
+        raise ValueError(f"queue name {request.queue!r} {problem}")
     return len(write_enqueue_request(request))
 
 
@@ -209,7 +241,8 @@ def _payload_from_args(args: argparse.Namespace) -> Optional[Payload]:
 
 
 def request_from_args(args: argparse.Namespace) -> EnqueueRequest:
-    """The one job ``enqueue QUEUE JOB_TYPE ...`` describes; :class:`CliError` if bad."""
+    """The one job ``enqueue QUEUE JOB_TYPE ...`` describes; :class:`CliError` (a
+    usage error) if the client would refuse it."""
     _check_enqueue_args(args)
     scheduled = None
     if args.delay is not None:
@@ -232,11 +265,21 @@ def request_from_args(args: argparse.Namespace) -> EnqueueRequest:
 
 
 async def _cmd_enqueue(args: argparse.Namespace) -> int:
-    if args.jsonl is not None:
+    if args.tasks is not None:
+        from sepp_lite.cli.tasks import request_from_task
+
+        request = request_from_task(args)
+    elif args.jsonl is not None:
         _check_enqueue_args(args)
-        return await _enqueue_jsonl(args)
-    request = request_from_args(args)
+        return await enqueue_jsonl(args)
+    else:
+        request = request_from_args(args)
     async with await connect(args) as client:
+        # The server's limits, so that a job over them is a usage error too.
+        info = await client.get_server_info()
+        problem = job_limit_problem(request, len(write_enqueue_request(request)), info)
+        if problem is not None:
+            raise CliError(problem)
         ack = await client.enqueue(request)
     print(ack.job_id + (" deduplicated" if ack.deduplicated else ""))
     return EXIT_OK
@@ -400,6 +443,22 @@ def parse_line(
 ) -> tuple[EnqueueRequest, int]:
     """One JSON line as a job and its encoded size; :class:`LineError` when the line
     is not valid UTF-8 JSON describing a job the client would send."""
+    obj = decode_line(raw)
+    return checked(request_from_json(obj, queue, job_type, now or datetime.now(timezone.utc)))
+
+
+def checked(request: EnqueueRequest) -> tuple[EnqueueRequest, int]:
+    """``request`` and its encoded size, once the client's checks pass;
+    :class:`LineError` when they do not."""
+    try:
+        return request, _check_request(request)
+    except (TypeError, ValueError) as exc:
+        raise LineError(str(exc)) from None
+
+
+def decode_line(raw: bytes) -> dict[str, Any]:
+    """One JSON line as the object it holds; :class:`LineError` when it is not valid
+    UTF-8 JSON or not an object."""
     try:
         obj = json.loads(raw.decode("utf-8").strip())
     except UnicodeDecodeError as exc:
@@ -410,11 +469,7 @@ def parse_line(
         raise LineError("invalid JSON: nested too deeply") from None
     if not isinstance(obj, dict):
         raise LineError(f"expected a JSON object, got {type(obj).__name__}")
-    request = request_from_json(obj, queue, job_type, now or datetime.now(timezone.utc))
-    try:
-        return request, _check_request(request)
-    except (TypeError, ValueError) as exc:
-        raise LineError(str(exc)) from None
+    return obj
 
 
 # -- JSON lines: the import -----------------------------------------------------------
@@ -426,7 +481,7 @@ class _Line:
     raw: bytes
 
 
-class _JsonlRun:
+class JsonlRun:
     """The state of one ``enqueue --jsonl``: the lines waiting for the next batch, the
     tallies, the problems to report and the rejected-lines file."""
 
@@ -434,14 +489,15 @@ class _JsonlRun:
         self,
         client: SeppClient,
         args: argparse.Namespace,
-        batch_max: int,
+        info: ServerInfo,
         rejected: Optional[IO[bytes]],
         bar: ProgressBar,
     ) -> None:
         self.client = client
         self.queue: str = args.queue
         self.job_type: Optional[str] = args.job_type
-        self.batch_max = max(1, batch_max)
+        self.info = info
+        self.batch_max = max(1, info.max_enqueue_batch)
         self.rejected = rejected
         self.bar = bar
         self.pending: list[tuple[_Line, EnqueueRequest | str]] = []  # str: why malformed
@@ -465,9 +521,10 @@ class _JsonlRun:
             self.blank += 1
             return
         try:
-            request, size = parse_line(line.raw, self.queue, self.job_type)
-            if size > _BATCH_BYTES:
-                raise LineError(f"the job is {size:,} bytes, too large to send")
+            request, size = self.parse(line.raw)
+            problem = job_limit_problem(request, size, self.info)
+            if problem is not None:
+                raise LineError(problem)
         except LineError as exc:
             # Kept in line order with the jobs, so reports and the rejected file are too.
             self.pending.append((line, str(exc)))
@@ -480,6 +537,10 @@ class _JsonlRun:
         if self.pending_jobs >= self.batch_max:
             await self.flush()
         self.bar.update(self.read)
+
+    def parse(self, raw: bytes) -> tuple[EnqueueRequest, int]:
+        """One input line as a job and its encoded size; :class:`LineError` if bad."""
+        return parse_line(raw, self.queue, self.job_type)
 
     async def flush(self) -> None:
         """Send the pending jobs (one EnqueueBatch call) and record every outcome."""
@@ -647,7 +708,7 @@ def _open_rejected(path: Optional[str]) -> Iterator[Optional[IO[bytes]]]:
         yield fh
 
 
-async def _feed_all(run: _JsonlRun, numbered: Iterator[tuple[int, bytes]]) -> None:
+async def _feed_all(run: JsonlRun, numbered: Iterator[tuple[int, bytes]]) -> None:
     for number, raw in numbered:
         await run.feed(_Line(number, raw))
         if run.failure is not None:
@@ -659,12 +720,14 @@ async def _feed_all(run: _JsonlRun, numbered: Iterator[tuple[int, bytes]]) -> No
         run.not_sent_rest(numbered)
 
 
-async def _enqueue_jsonl(args: argparse.Namespace) -> int:
+async def enqueue_jsonl(args: argparse.Namespace, run_class: type[JsonlRun] = JsonlRun) -> int:
+    """Enqueue the lines of ``args.jsonl`` (``enqueue --jsonl``; a subclass of the run
+    that parses lines its own way for ``requeue-dead-letters``); return the status."""
     with _open_lines(args.jsonl) as (lines, total), _open_rejected(args.rejected) as rejected:
         async with await connect(args) as client:
             info = await client.get_server_info()
             bar = ProgressBar(sys.stderr, total)
-            run = _JsonlRun(client, args, info.max_enqueue_batch, rejected, bar)
+            run = run_class(client, args, info, rejected, bar)
             numbered = enumerate(lines, 1)
             try:
                 await _feed_all(run, numbered)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from sepp_lite.cli.common import CliError, Commands
-from sepp_lite.testing._cli import add_serve_arguments, serve
+from sepp_lite.testing._cli import ListenError, add_serve_arguments, serve
 
 __all__ = ["add_parser"]
 
@@ -29,7 +29,7 @@ async def _cmd_serve(args: argparse.Namespace) -> int:
 
     try:
         return await serve(args)
-    except (ConfigError, RuntimeError) as exc:
+    except (ConfigError, RuntimeError, ListenError) as exc:
         raise CliError(str(exc)) from exc
     except OSError as exc:
         raise CliError(f"cannot listen: {exc}") from exc

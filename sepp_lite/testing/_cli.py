@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import logging
 import signal
 import sys
@@ -27,9 +28,43 @@ from sepp_lite.testing._config import (
 if TYPE_CHECKING:
     from sepp_lite.testing._server import SeppTestServer
 
-__all__ = ["add_serve_arguments", "config_from_args", "listening_line", "main", "serve"]
+__all__ = [
+    "ListenError",
+    "add_serve_arguments",
+    "config_from_args",
+    "listen_failure",
+    "listening_line",
+    "main",
+    "serve",
+]
 
 DEFAULT_PORT = 50051
+
+
+class ListenError(Exception):
+    """The server could not listen where it was told to; the message names the
+    address and why."""
+
+
+_BIND_ERRORS = {
+    errno.EADDRINUSE: "the address is already in use (is another server running there? "
+    "--port 0 picks a free port)",
+    errno.EACCES: "permission denied (ports below 1024 need privileges)",
+    errno.EADDRNOTAVAIL: "that address is not one of this machine's",
+}
+
+
+def listen_failure(config: ServerConfig, exc: OSError) -> str:
+    """The words for a failed bind of ``config``'s address."""
+    host = f"[{config.host}]" if ":" in config.host else config.host
+    if exc.__class__.__name__ == "gaierror":
+        words = f"cannot resolve the host name {config.host!r} ({exc.strerror or exc})"
+    elif exc.errno in _BIND_ERRORS:
+        words = _BIND_ERRORS[exc.errno]
+    else:
+        text = exc.strerror or str(exc)
+        words = text[:1].lower() + text[1:]
+    return f"cannot listen on {host}:{config.port}: {words}"
 
 
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,14 +184,19 @@ async def serve(
 ) -> int:
     """Run the server the options describe until SIGINT or SIGTERM; return the exit
     code (0). ``ready`` is called once the server is listening. Raises
-    :class:`ConfigError` for a bad configuration and ``OSError`` when binding fails."""
+    :class:`ConfigError` for a bad configuration and :class:`ListenError` when its
+    address cannot be bound."""
     from sepp_lite.testing._server import SeppTestServer  # grpclib: only when serving
 
-    server = SeppTestServer(config_from_args(args))
+    config = config_from_args(args)
+    server = SeppTestServer(config)
     stop = asyncio.Event()
     restore = _install_signal_handlers(stop)
     try:
-        await server.start()
+        try:
+            await server.start()
+        except OSError as exc:
+            raise ListenError(listen_failure(config, exc)) from exc
         print(listening_line(server), flush=True)
         if ready is not None:
             ready(server)
@@ -189,6 +229,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except (ConfigError, RuntimeError) as exc:  # RuntimeError: no TOML parser
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except ListenError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except OSError as exc:
         print(f"error: cannot listen: {exc}", file=sys.stderr)
         return 1

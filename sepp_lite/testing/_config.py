@@ -362,9 +362,11 @@ class ServerConfig:
     @classmethod
     def from_toml(cls, path: Union[str, os.PathLike[str]], **overrides: Any) -> ServerConfig:
         """Read the real server's TOML layout (``[server]``, ``[auth]``, ``[limits]``,
-        ``[storage]``, ``[[queues]]``); other sections are ignored. Raises
+        ``[storage]``, ``[[queues]]``); other sections and keys are ignored, with a
+        warning for each one neither server knows. Raises
         :class:`ConfigError` for invalid settings and ``RuntimeError`` when no TOML
-        parser is available (Python < 3.11 without ``tomli``)."""
+        parser is available (Python < 3.11 without ``tomli``, which sepp-lite
+        depends on there)."""
         return from_toml_data(read_toml(path)).with_overrides(**overrides)
 
 
@@ -402,24 +404,32 @@ def _toml_loads(text: str) -> dict[str, Any]:
 
 _QUEUE_FIELDS = frozenset(f.name for f in dataclasses.fields(QueueConfig))
 _LIMIT_FIELDS = frozenset(f.name for f in dataclasses.fields(Limits))
-_STORAGE_FIELDS = (
-    "dedup_window_ms",
-    "dead_letter_retention_ms",
-    "sweep_interval_ms",
-    "sweep_limit",
+_STORAGE_FIELDS = frozenset(
+    {"dedup_window_ms", "dead_letter_retention_ms", "sweep_interval_ms", "sweep_limit"}
 )
+_SERVER_FIELDS = frozenset({"listen_addr", "strict_queues", "tls_cert_path", "tls_key_path"})
+_AUTH_FIELDS = frozenset({"api_keys"})
+# Settings of the real server that the in-process one has no use for (it keeps nothing
+# on disk, traces nothing and has no admin UI): read without a word.
+_REAL_SERVER_ONLY = frozenset({"storage.db_path"})
+_REAL_SERVER_SECTIONS = frozenset({"tracing", "admin"})
+_SECTIONS = frozenset({"server", "auth", "limits", "storage", "queues"})
 
 
 def from_toml_data(data: Mapping[str, Any]) -> ServerConfig:
-    """A :class:`ServerConfig` from an already parsed TOML document."""
+    """A :class:`ServerConfig` from an already parsed TOML document. A key or section
+    this server does not know is logged as a WARNING and ignored, as the real server
+    ignores them (a typo must not pass unnoticed)."""
+    for name in data:
+        if name not in _SECTIONS and name not in _REAL_SERVER_SECTIONS:
+            log.warning("ignoring unknown config section [%s]", name)
     kwargs: dict[str, Any] = {}
-    kwargs.update(_server_section(_section(data, "server")))
-    auth = _section(data, "auth")
+    kwargs.update(_server_section(_known(_section(data, "server"), _SERVER_FIELDS, "server")))
+    auth = _known(_section(data, "auth"), _AUTH_FIELDS, "auth")
     if "api_keys" in auth:
         kwargs["api_keys"] = _api_keys_from_toml(auth["api_keys"])
     kwargs["limits"] = Limits(**_known(_section(data, "limits"), _LIMIT_FIELDS, "limits"))
-    storage = _section(data, "storage")
-    kwargs.update({k: storage[k] for k in _STORAGE_FIELDS if k in storage})
+    kwargs.update(_known(_section(data, "storage"), _STORAGE_FIELDS, "storage"))
     queues = data.get("queues", [])
     if not isinstance(queues, list):
         raise ConfigError("queues must be an array of tables ([[queues]])")
@@ -437,7 +447,7 @@ def _section(data: Mapping[str, Any], name: str) -> Mapping[str, Any]:
 def _known(table: Mapping[str, Any], known: frozenset[str], scope: str) -> dict[str, Any]:
     # The real server ignores keys it does not know; say so instead of failing.
     for key in table:
-        if key not in known:
+        if key not in known and f"{scope}.{key}" not in _REAL_SERVER_ONLY:
             log.warning("ignoring unknown config key %s.%s", scope, key)
     return {k: v for k, v in table.items() if k in known}
 

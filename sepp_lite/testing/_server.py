@@ -10,9 +10,9 @@ import socket
 import ssl
 import tempfile
 import weakref
-from collections.abc import Awaitable, Iterable, Iterator
+from collections.abc import Awaitable, Iterator
 from types import TracebackType
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import grpclib.server
 from grpclib.config import Configuration
@@ -23,6 +23,9 @@ from sepp_lite.testing._clock import Clock, ManualClock, RealClock
 from sepp_lite.testing._config import ConfigError, PemSource, ServerConfig
 from sepp_lite.testing._service import QueueService, RawCodec, Routes
 from sepp_lite.testing._state import Backlog, QueueCounts, QueueState
+
+if TYPE_CHECKING:
+    from sepp_lite.types import QueueNames
 
 __all__ = ["SeppTestServer"]
 
@@ -241,7 +244,7 @@ class SeppTestServer:
         """``(ready, scheduled, in_flight, dead)`` of ``queue``."""
         return self.state.counts(queue)
 
-    def backlog(self, queues: Optional[Iterable[str]] = None) -> Backlog:
+    def backlog(self, queues: Optional[QueueNames] = None) -> Backlog:
         """What is left to do on ``queues`` (every queue when ``None``); see
         :meth:`QueueState.backlog`."""
         return self.state.backlog(queues)

@@ -18,7 +18,7 @@ import os
 from bisect import insort
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
-from typing import NamedTuple, Optional
+from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from sepp_lite import errors
 from sepp_lite._codec.dead_letters import DeadLetterOut
@@ -32,6 +32,9 @@ from sepp_lite.testing._config import EffectiveLimits, ServerConfig
 from sepp_lite.testing._names import queue_name_error, rust_debug, rust_debug_list
 from sepp_lite.testing._siphash import retry_jitter_hash
 from sepp_lite.types import ServerInfo
+
+if TYPE_CHECKING:
+    from sepp_lite.types import QueueNames
 
 __all__ = [
     "AtomicResult",
@@ -1037,7 +1040,7 @@ class QueueState:
             return QueueCounts(0, 0, 0, 0)
         return QueueCounts(len(q.ready), q.scheduled, q.in_flight, q.dead)
 
-    def backlog(self, queues: Optional[Iterable[str]] = None) -> Backlog:
+    def backlog(self, queues: Optional[QueueNames] = None) -> Backlog:
         """The work left on ``queues`` (every queue when ``None``) right now, after
         any due timer work: what a test waits for before it calls a queue drained."""
         self.sweep()
@@ -1045,6 +1048,8 @@ class QueueState:
             chosen = list(self._queues.values())
             due = [self._scheduled[0][0]] if self._scheduled else []
         else:
+            if isinstance(queues, str):
+                raise TypeError(f"queues must be a list of queue names, not the str {queues!r}")
             names = set(queues)
             chosen = [q for q in map(self._queues.get, names) if q is not None]
             due = [entry[0] for entry in self._scheduled if entry[2].queue in names]

@@ -4,10 +4,9 @@ synchronous tests and for code running on other event loops."""
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
 from datetime import datetime
 from types import TracebackType
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from sepp_lite._loop_thread import LoopThread
 from sepp_lite._time import ms_to_datetime
@@ -15,6 +14,9 @@ from sepp_lite.testing._clock import Clock, ManualClock
 from sepp_lite.testing._config import ServerConfig
 from sepp_lite.testing._server import SeppTestServer
 from sepp_lite.testing._state import Backlog, JobView, QueueCounts
+
+if TYPE_CHECKING:
+    from sepp_lite.types import QueueNames
 
 __all__ = ["SeppServerThread", "ServerClock"]
 
@@ -117,7 +119,7 @@ class SeppServerThread:
         counts: QueueCounts = self.call(self.server.counts, queue)
         return counts
 
-    def backlog(self, queues: Optional[Iterable[str]] = None) -> Backlog:
+    def backlog(self, queues: Optional[QueueNames] = None) -> Backlog:
         """What is left to do on ``queues`` (every queue when ``None``); see
         :meth:`QueueState.backlog`."""
         backlog: Backlog = self.call(self.server.backlog, queues)
