@@ -28,13 +28,14 @@ CALL = re.compile(r"^(?:await )?([\w.]+)\(([\w, .]*)\)(?:\.\w+\(\))?$")
 DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 SNAKE = re.compile(r"^_?[a-z]+(_[a-z0-9]+)+$")
 
+# The instances the page calls methods on, by their usual variable names.
+INSTANCES = {"client": "SeppClient", "tasks": "Tasks", "worker": "Worker"}
 # What a bare name in a call stands for.
 CALLABLES: dict[str, Any] = {
     "Worker": sepp_lite.Worker,
     "client.enqueue_batch": sepp_lite.SeppClient.enqueue_batch,
     "Transport.unary": _transport.Transport.unary,
     "before_call": SeppTestServer.before_call,
-    "dataclass": None,  # the standard library's, named for what it costs
 }
 
 
@@ -124,14 +125,29 @@ def call_mentions() -> list[tuple[str, list[str]]]:
     return found
 
 
-@pytest.mark.parametrize(("name", "args"), call_mentions())
+def test_every_function_it_names_with_empty_parentheses_exists() -> None:
+    """``tasks.worker()``, ``run()``, ``dataclass()``: a name, not a signature."""
+    names = [name for name, args in call_mentions() if not args]
+    assert "dataclass" in names
+    source = python_source()
+
+    def found(name: str) -> bool:
+        head, _, rest = name.partition(".")
+        if rest and head in INSTANCES:
+            return resolve(f"{INSTANCES[head]}.{rest}") is not None
+        return resolve(name) is not None or bool(re.search(rf"\b(def|import) {name}\b", source))
+
+    missing = [name for name in names if not found(name)]
+    assert not found("tasks.no_such_method")
+    assert missing == []
+
+
+@pytest.mark.parametrize(("name", "args"), [(n, a) for n, a in call_mentions() if a])
 def test_every_signature_it_shows_matches_the_code(name: str, args: list[str]) -> None:
     """``Worker(client, queues, lease_duration, ...)``: the parameters it lists are the
     first ones of the code's, in that order (``...`` stands for the rest)."""
     assert name in CALLABLES, f"{name}(...) is shown: add what it stands for to CALLABLES"
     target = CALLABLES[name]
-    if target is None:
-        return
     parameters = [
         p.name
         for p in inspect.signature(target).parameters.values()

@@ -162,9 +162,10 @@ def test_systemd_analyze_accepts_the_unit(tmp_path: Path) -> None:
 # -- the wheel --------------------------------------------------------------------------
 
 
-def readme_install_commands() -> list[str]:
-    """The ``pip install`` lines of the README's Install section that install the wheel."""
-    text = (ROOT / "README.md").read_text()
+def readme_install_commands(page: Path = ROOT / "README.md") -> list[str]:
+    """The ``pip install`` lines of the README's Install section that install the wheel
+    (or of the documentation site's page that repeats it)."""
+    text = page.read_text()
     section = text.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
     lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
@@ -177,12 +178,14 @@ def wheel_names(text: str) -> set[str]:
 
 def test_every_wheel_named_in_the_docs_is_the_one_make_dist_writes() -> None:
     current = f"sepp_lite-{sepp.__version__}-py3-none-any.whl"
-    texts = [ROOT / "README.md", *(p for p in DEPLOY.rglob("*") if p.is_file())]
+    site = ROOT / "docs" / "getting-started.md"
+    texts = [ROOT / "README.md", site, *(p for p in DEPLOY.rglob("*") if p.is_file())]
     named = {path: wheel_names(path.read_text()) for path in texts}
     assert named[ROOT / "README.md"] == {current}
     for path, names in named.items():
         assert names <= {current}, path
     assert len(readme_install_commands()) == 3
+    assert readme_install_commands(site) == readme_install_commands()  # the ones tested
 
 
 @pytest.mark.slow
