@@ -1,8 +1,9 @@
 """deploy/ as tested recipes: the Kubernetes manifests against the API's schemas
 (kubernetes-validate, offline, strict) and the worker command's own options; the
-systemd unit with systemd-analyze; and the Dockerfile's build steps run as written in
-a fresh venv (there is no Docker engine here), after which the installed command runs
-the example worker against a real server."""
+systemd unit with systemd-analyze; the Dockerfile's steps run as written, with its
+default build arguments, on the build context `make dist` leaves (there is no Docker
+engine here), after which the installed command runs the example worker against a
+real server; and the README's commands that install the wheel with an extra."""
 
 from __future__ import annotations
 
