@@ -13,7 +13,7 @@ DOCS_PORT ?= 8000
 
 .DEFAULT_GOAL := check
 .PHONY: install install-runtime proto proto-check lint format typecheck test official demo \
-	dist bench soak docs docs-serve check clean
+	dist bench soak docs docs-serve foreign-arch check clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -74,12 +74,14 @@ official: install
 demo: install-runtime
 	$(VENV)/bin/sepp-lite demo $(DEMO_ARGS)
 
-# A wheel of sepp_lite in dist/, to `pip install` on machines without a clone.
+# A wheel of sepp_lite in dist/ (DIST=dir for another folder), to `pip install` on
+# machines without a clone, and what deploy/docker/Dockerfile installs.
+DIST ?= dist
 dist:
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	rm -rf dist
-	$(PY) -m pip wheel -q --no-deps --wheel-dir dist .
-	@ls dist/*.whl
+	rm -rf $(DIST)
+	$(PY) -m pip wheel -q --no-deps --wheel-dir $(DIST) .
+	@ls $(DIST)/*.whl
 
 bench: install
 	$(PY) bench/run.py $(BENCH_ARGS)
@@ -104,6 +106,13 @@ docs: $(DOCS_VENV)/.installed
 # Serve the site on 127.0.0.1:$(DOCS_PORT), rebuilt on every change.
 docs-serve: $(DOCS_VENV)/.installed
 	NO_MKDOCS_2_WARNING=1 $(DOCS_VENV)/bin/mkdocs serve --strict --dev-addr 127.0.0.1:$(DOCS_PORT)
+
+# `sepp-lite demo` and the client test suites on another CPU architecture (a Debian
+# name: s390x, riscv64 with SUITE=trixie, ...) under qemu user emulation, in a Debian
+# root of it; needs root or sudo (.ci/foreign-arch says what it installs and where).
+ARCH ?= s390x
+foreign-arch:
+	.ci/foreign-arch $(ARCH)
 
 check: lint typecheck test
 

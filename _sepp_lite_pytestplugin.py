@@ -14,6 +14,7 @@ pytest-asyncio (which pytest loads anyway).
 
 from __future__ import annotations
 
+import inspect
 import re
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Iterator
@@ -33,6 +34,13 @@ if TYPE_CHECKING:
     from sepp_lite.worker import Worker
 
 Drain = Callable[..., Awaitable[None]]
+
+# How long the fixture server keeps dead letters unless a test says otherwise
+# (``@pytest.mark.sepp_server(dead_letter_retention_ms=0)`` keeps none, as the real
+# server's default does): 30 days of the server's clock, longer than a test moves a
+# manual clock, so ``counts(queue).dead`` and ``drain_dead_letters`` see every job a
+# test dead-letters.
+DEAD_LETTER_RETENTION_MS = 30 * 24 * 3600 * 1000
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -83,8 +91,9 @@ def sepp_server(request: pytest.FixtureRequest) -> Iterator[SeppServerThread]:
     """A fresh in-process sepp server on 127.0.0.1, serving from a thread of its own
     (a ``sepp_lite.testing.SeppServerThread``): ``.addr``, ``.counts(queue)``,
     ``.backlog()``, ``.clock``. Configure it with ``@pytest.mark.sepp_server(...)``.
-    Its clock is manual when the test also asks for ``sepp_clock``. Skipped with
-    ``--sepp-addr``."""
+    It keeps dead letters for 30 days of its clock (``dead_letter_retention_ms=0`` in
+    the marker keeps none; a marker's ``config=`` is taken as it is). Its clock is
+    manual when the test also asks for ``sepp_clock``. Skipped with ``--sepp-addr``."""
     addr = _external_addr(request.config)
     if addr is not None:
         pytest.skip(_needs_in_process("sepp_server", addr))
@@ -93,6 +102,8 @@ def sepp_server(request: pytest.FixtureRequest) -> Iterator[SeppServerThread]:
     options: dict[str, Any] = {}
     for marker in reversed(list(request.node.iter_markers("sepp_server"))):
         options.update(marker.kwargs)  # the closest marker wins
+    if "config" not in options:
+        options.setdefault("dead_letter_retention_ms", DEAD_LETTER_RETENTION_MS)
     if "sepp_clock" in request.fixturenames:
         options.setdefault("clock", ManualClock())
     with SeppServerThread(**options) as server:
@@ -154,6 +165,20 @@ def sepp_sync_client(
         yield client
 
 
+def _refuse_sync_test(request: pytest.FixtureRequest) -> None:
+    """A plain ``def`` test would get a client bound to an event loop that is not
+    running while the test runs: every call on it would hang or fail later."""
+    test = getattr(request.node, "function", None)
+    if test is None or inspect.iscoroutinefunction(inspect.unwrap(test)):
+        return
+    pytest.fail(
+        f"{request.node.name} is a plain 'def' test and sepp_client is an async client "
+        "(its calls must be awaited on the test's event loop): ask for sepp_sync_client, "
+        "the blocking client, or make the test 'async def'",
+        pytrace=False,
+    )
+
+
 async def _connected_client(addr: str, kwargs: dict[str, Any]) -> AsyncIterator[SeppClient]:
     from sepp_lite import SeppClient as Async
 
@@ -165,10 +190,12 @@ if pytest_asyncio is not None:
 
     @pytest_asyncio.fixture
     async def sepp_client(
-        sepp_addr: str, sepp_connect_kwargs: dict[str, Any]
+        request: pytest.FixtureRequest, sepp_addr: str, sepp_connect_kwargs: dict[str, Any]
     ) -> AsyncIterator[SeppClient]:
-        """An async ``sepp_lite.SeppClient`` connected to ``sepp_addr`` (needs
-        pytest-asyncio; strict and auto mode); closed after the test."""
+        """An async ``sepp_lite.SeppClient`` connected to ``sepp_addr``, for ``async
+        def`` tests (needs pytest-asyncio; strict and auto mode); closed after the
+        test. A plain ``def`` test gets an error naming ``sepp_sync_client``."""
+        _refuse_sync_test(request)
         async for client in _connected_client(sepp_addr, sepp_connect_kwargs):
             yield client
 

@@ -36,8 +36,8 @@ else:
 __all__ = ["AVAILABLE", "MISSING", "PrometheusObserver", "exposition", "supervisor_registry"]
 
 MISSING = (
-    "/metrics needs the prometheus-client package: pip install 'sepp-lite[metrics]' "
-    "(/livez and /readyz work without it)"
+    "/metrics needs the prometheus-client package (sepp_lite's metrics extra): "
+    "pip install prometheus-client (/livez and /readyz work without it)"
 )
 TEXT = "text/plain; charset=utf-8"
 JOB = ("queue", "job_type")

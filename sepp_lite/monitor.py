@@ -17,7 +17,7 @@ reserves fail (the probe retries every second while the server is unreachable),
 once shutdown began, and after ``run()`` returned or raised. The body says why.
 
 ``GET /metrics``: the Prometheus exposition (see ``sepp_lite._metrics``); it needs
-``pip install 'sepp-lite[metrics]'`` and answers 501 saying so without it.
+prometheus-client (the ``metrics`` extra) and answers 501 saying so without it.
 """
 
 from __future__ import annotations

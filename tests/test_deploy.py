@@ -1,8 +1,9 @@
 """deploy/ as tested recipes: the Kubernetes manifests against the API's schemas
 (kubernetes-validate, offline, strict) and the worker command's own options; the
-systemd unit with systemd-analyze; and the Dockerfile's build steps run as written in
-a fresh venv (there is no Docker engine here), after which the installed command runs
-the example worker against a real server."""
+systemd unit with systemd-analyze; the Dockerfile's steps run as written, with its
+default build arguments, on the build context `make dist` leaves (there is no Docker
+engine here), after which the installed command runs the example worker against a
+real server; and the README's commands that install the wheel with an extra."""
 
 from __future__ import annotations
 
@@ -159,6 +160,85 @@ def test_systemd_analyze_accepts_the_unit(tmp_path: Path) -> None:
     assert UNIT.name not in done.stderr, done.stderr  # no warning about our unit
 
 
+# -- the wheel --------------------------------------------------------------------------
+
+
+def readme_install_commands(page: Path = ROOT / "README.md") -> list[str]:
+    """The ``pip install`` lines of the README's Install section that install the wheel
+    (or of the documentation site's page that repeats it)."""
+    text = page.read_text()
+    section = text.split("\n## Install\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```sh\n(.*?)```", section, re.S)
+    lines = [line.split("  #")[0].strip() for block in blocks for line in block.splitlines()]
+    return [line for line in lines if line.startswith("pip install") and ".whl" in line]
+
+
+def wheel_names(text: str) -> set[str]:
+    return set(re.findall(r"sepp_lite-[^\s/*]+?-py3-none-any\.whl", text))
+
+
+def test_every_wheel_named_in_the_docs_is_the_one_make_dist_writes() -> None:
+    current = f"sepp_lite-{sepp.__version__}-py3-none-any.whl"
+    site = ROOT / "docs" / "getting-started.md"
+    texts = [ROOT / "README.md", site, *(p for p in DEPLOY.rglob("*") if p.is_file())]
+    named = {path: wheel_names(path.read_text()) for path in texts}
+    assert named[ROOT / "README.md"] == {current}
+    for path, names in named.items():
+        assert names <= {current}, path
+    assert len(readme_install_commands()) == 3
+    assert readme_install_commands(site) == readme_install_commands()  # the ones tested
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("command", readme_install_commands())
+def test_the_readme_installs_the_wheel_with_its_extra(
+    tmp_path: Path, wheel: Path, command: str
+) -> None:
+    """The README's commands, run by a shell in a folder holding dist/ as `make dist`
+    leaves it, each into a fresh venv (its dependencies from the package index)."""
+    (tmp_path / "dist").mkdir()
+    shutil.copy(wheel, tmp_path / "dist" / wheel.name)
+    subprocess.run([sys.executable, "-m", "venv", str(tmp_path / "venv")], check=True)
+    venv_bin = tmp_path / "venv" / "bin"
+    env = dict(image_env(), PATH=f"{venv_bin}{os.pathsep}{os.environ['PATH']}")
+    done = subprocess.run(
+        ["/bin/sh", "-c", command.replace("pip install", "pip install -q", 1)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    code = "import sepp_lite, sys; sys.exit('site-packages' not in sepp_lite.__file__)"
+    if "[metrics]" in command:
+        code += "\nimport prometheus_client"
+    check = subprocess.run(
+        [str(venv_bin / "python"), "-c", code], cwd=tmp_path, env=env, capture_output=True
+    )
+    assert check.returncode == 0, check.stderr.decode()
+
+
+def test_the_glob_with_an_extra_fails_as_the_readme_says(tmp_path: Path, wheel: Path) -> None:
+    (tmp_path / "dist").mkdir()
+    shutil.copy(wheel, tmp_path / "dist" / wheel.name)
+    done = subprocess.run(
+        [
+            "/bin/sh",
+            "-c",
+            f"{sys.executable} -m pip install --dry-run dist/sepp_lite-*.whl[metrics]",
+        ],
+        cwd=tmp_path,
+        env=image_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0
+    assert "sepp_lite-*" in done.stderr
+
+
 # -- the Dockerfile ---------------------------------------------------------------------
 
 
@@ -178,6 +258,18 @@ def dockerfile() -> list[tuple[str, str]]:
     return instructions
 
 
+def global_args() -> dict[str, str]:
+    """The ``ARG`` defaults before the first ``FROM``, which a stage takes with a bare
+    ``ARG NAME``."""
+    found: dict[str, str] = {}
+    for word, rest in dockerfile():
+        if word == "FROM":
+            break
+        name, _, default = rest.partition("=")
+        found[name] = default
+    return found
+
+
 def stages() -> list[list[tuple[str, str]]]:
     found: list[list[tuple[str, str]]] = []
     for instruction in dockerfile():
@@ -195,30 +287,85 @@ def expand(text: str, variables: dict[str, str]) -> str:
     return re.sub(r"\$\{(\w+)\}|\$(\w+)", value, text)
 
 
-class BuildStage:
-    """Runs a Dockerfile stage's ARG/ENV/COPY/RUN on this machine, with the image's
-    absolute paths moved under ``root`` and ``python`` being this interpreter."""
+def ignore_pattern(pattern: str) -> re.Pattern[str]:
+    """A .dockerignore pattern as a regular expression over a context-relative path:
+    ``*`` and ``?`` stay within one path element, ``**`` crosses them."""
+    parts = re.split(r"(\*\*|\*|\?)", pattern.strip("/"))
+    wild = {"**": ".*", "*": "[^/]*", "?": "[^/]"}
+    return re.compile("".join(wild.get(part) or re.escape(part) for part in parts))
 
-    def __init__(self, root: Path, build_args: dict[str, str]) -> None:
+
+def sent_to_docker(path: str, patterns: list[str]) -> bool:
+    """Whether the build context keeps ``path`` under these .dockerignore lines: the
+    last pattern matching the path or a folder above it decides."""
+    prefixes = ["/".join(path.split("/")[: n + 1]) for n in range(path.count("/") + 1)]
+    kept = True
+    for line in patterns:
+        keep = line.startswith("!")
+        regex = ignore_pattern(line[1:] if keep else line)
+        if any(regex.fullmatch(prefix) for prefix in prefixes):
+            kept = keep
+    return kept
+
+
+def build_context(target: Path, wheel: Path) -> Path:
+    """The context ``docker build -f deploy/docker/Dockerfile .`` sends after ``make
+    dist``: the repository's files and the wheel in dist/, filtered by the Dockerfile's
+    own ignore file."""
+    lines = (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
+    patterns = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    files = {name: ROOT / name for name in listed if (ROOT / name).is_file()}
+    files[f"dist/{wheel.name}"] = wheel
+    for name, source in files.items():
+        if sent_to_docker(name, patterns):
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(source, target / name)
+    return target
+
+
+class Image:
+    """Runs a Dockerfile's stages on this machine: ARG/ENV/WORKDIR/COPY/RUN, with the
+    image's absolute paths moved under ``root``, sources taken from ``context`` and
+    ``python`` being this interpreter. One file system for every stage, so ``COPY
+    --from=build`` finds its files where the build stage left them."""
+
+    # Steps that would change this machine rather than the image's root.
+    SKIPPED_RUNS = ("useradd ",)
+
+    def __init__(self, root: Path, context: Path, build_args: dict[str, str]) -> None:
         self.root = root
+        self.context = context
         self.build_args = build_args
+        self.globals = global_args()
         tools = root / "image-bin"
-        tools.mkdir()
+        tools.mkdir(parents=True)
         (tools / "python").symlink_to(sys.executable)
-        self.variables = dict(os.environ, PATH=f"{tools}{os.pathsep}{os.environ['PATH']}")
-        self.variables.pop("VIRTUAL_ENV", None)
+        self.variables = dict(image_env(), PATH=f"{tools}{os.pathsep}{os.environ['PATH']}")
+        self.workdir = root
 
     def path(self, text: str) -> str:
         """Absolute image paths (``/opt/venv``, ``/tmp/x``) moved under the root."""
-        return re.sub(r"(?<![\w.])/(opt|tmp|app)/", lambda m: f"{self.root}/{m.group(1)}/", text)
+        return re.sub(r"(?<![\w.])/(opt|tmp|app)(?=/|$)", lambda m: f"{self.root}/{m[1]}", text)
 
     def run(self, instructions: list[tuple[str, str]]) -> None:
+        ignored = ("USER", "EXPOSE", "STOPSIGNAL", "ENTRYPOINT", "CMD")
         steps = {"ARG": self.arg, "ENV": self.env, "COPY": self.copy, "RUN": self.shell}
+        steps["WORKDIR"] = self.cd
         for word, rest in instructions:
-            steps[word](rest)
+            if word not in ignored:
+                steps[word](rest)
 
     def arg(self, rest: str) -> None:
-        name, _, default = rest.partition("=")
+        name, equals, default = rest.partition("=")
+        if not equals:
+            default = self.globals.get(name, "")
         self.variables[name] = self.build_args.get(name, default)
 
     def env(self, rest: str) -> None:
@@ -226,21 +373,62 @@ class BuildStage:
             name, _, value = pair.partition("=")
             self.variables[name] = self.path(expand(value, self.variables))
 
+    def cd(self, rest: str) -> None:
+        self.workdir = Path(self.path(rest))
+        self.workdir.mkdir(parents=True, exist_ok=True)
+
     def copy(self, rest: str) -> None:
-        source, target = shlex.split(rest)
-        destination = Path(self.path(target))
-        destination.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(DOCKER / source, destination)
+        words = shlex.split(rest)
+        if words[0].startswith("--from="):
+            return  # the other stage's files are already where they belong
+        source, target = expand(words[0], self.variables), self.path(words[1])
+        found = self.context / source
+        assert found.exists(), f"COPY {rest}: {source} is not in the build context"
+        if found.is_dir():
+            shutil.copytree(found, target, dirs_exist_ok=True)
+        else:
+            destination = Path(target) / found.name if target.endswith("/") else Path(target)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy(found, destination)
 
     def shell(self, rest: str) -> None:
+        if rest.startswith(self.SKIPPED_RUNS):
+            return
         done = subprocess.run(
             ["/bin/sh", "-c", self.path(rest)],
+            cwd=self.workdir,
             env=self.variables,
             capture_output=True,
             text=True,
             timeout=600,
         )
         assert done.returncode == 0, f"RUN {rest}\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+
+
+def image_env() -> dict[str, str]:
+    """This process's environment without what the image would not have (a venv, a
+    PYTHONPATH to this checkout, sepp settings)."""
+    drop = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")
+    return {k: v for k, v in os.environ.items() if k not in drop and not k.startswith("SEPP_")}
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The wheel ``make dist`` writes (into a folder of this test run's)."""
+    dist = tmp_path_factory.mktemp("dist")
+    # Under `make test` the outer make's flags and command-line variables must not leak in.
+    outer = ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "VENV", "PYTHON", "EXTRAS")
+    done = subprocess.run(
+        ["make", "-C", str(ROOT), "dist", f"PY={sys.executable}", f"DIST={dist}"],
+        env={k: v for k, v in os.environ.items() if k not in outer},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    [built] = dist.glob("sepp_lite-*.whl")
+    assert built.name == f"sepp_lite-{sepp.__version__}-py3-none-any.whl"
+    return built
 
 
 def test_the_image_runs_the_worker_command() -> None:
@@ -253,36 +441,86 @@ def test_the_image_runs_the_worker_command() -> None:
     assert ("EXPOSE", "9464") in final and ("USER", "10001:10001") in final
 
 
+def test_the_ignore_file_sends_only_the_wheel_and_the_worker() -> None:
+    patterns = ["*", "!dist/sepp_lite-*.whl", "!deploy/docker/"]
+    lines = (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
+    assert [line for line in lines if line and not line.startswith("#")] == patterns
+    assert sent_to_docker("dist/sepp_lite-0.2.0-py3-none-any.whl", patterns)
+    assert sent_to_docker("deploy/docker/tasks.py", patterns)
+    for left_out in ("dist/other-1.0-py3-none-any.whl", ".venv/bin/python", "README.md"):
+        assert not sent_to_docker(left_out, patterns)
+
+
+def test_nothing_in_deploy_installs_sepp_lite_from_the_package_index() -> None:
+    """Not published yet: ``pip install sepp-lite`` would find nothing, or someone
+    else's package of that name."""
+    from_index = re.compile(r"pip install\s+['\"]?sepp-lite\b(?!\S*\s*@)")
+    texts = {path: path.read_text() for path in DEPLOY.rglob("*") if path.is_file()}
+    for source in ("_metrics.py", "monitor.py"):
+        texts[ROOT / "sepp_lite" / source] = (ROOT / "sepp_lite" / source).read_text()
+    for path, text in texts.items():
+        assert not from_index.search(text), path
+        assert "==0.1.0" not in text, path
+    # The check does catch that advice.
+    assert from_index.search("pip install 'sepp-lite[metrics]'")
+    assert not from_index.search('pip install "sepp-lite[metrics] @ file:///w/x.whl"')
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-async def test_the_dockerfile_build_steps_install_a_working_worker(tmp_path: Path) -> None:
-    """About 20 s: a venv, and sepp-lite[metrics] with its dependencies from PyPI."""
-    build = stages()[0]
-    assert [word for word, _ in build].count("RUN") == 2
-    await asyncio.to_thread(BuildStage(tmp_path, {"SEPP_LITE": f"{ROOT}[metrics]"}).run, build)
-    venv_bin = tmp_path / "opt" / "venv" / "bin"
-    assert (venv_bin / "sepp-lite").exists()
+async def test_the_dockerfile_builds_a_working_worker_from_the_wheel(
+    tmp_path: Path, wheel: Path
+) -> None:
+    """About 20 s: the image's steps with the Dockerfile's default build arguments, on
+    the context `make dist` leaves: a venv, the wheel with the metrics extra and its
+    dependencies from the package index; then the installed command runs the worker
+    module from the image's working directory."""
+    context = build_context(tmp_path / "context", wheel)
+    image = Image(tmp_path / "image", context, build_args={})
+    for stage in stages():
+        await asyncio.to_thread(image.run, stage)
+    venv_bin = image.root / "opt" / "venv" / "bin"
+    assert image.workdir == image.root / "app" and (image.workdir / "tasks.py").exists()
     check = await asyncio.create_subprocess_exec(
-        str(venv_bin / "python"), "-c", "import prometheus_client, sepp_lite"
+        str(venv_bin / "python"),
+        "-c",
+        "import prometheus_client, sepp_lite, sys\n"
+        "sys.exit('site-packages' not in sepp_lite.__file__)",
+        cwd=str(tmp_path),
+        env=image_env(),
     )
     assert await asyncio.wait_for(check.wait(), 60) == 0  # the metrics extra is in the image
-    await run_the_example_worker(venv_bin / "sepp-lite")
+    await run_the_example_worker(venv_bin / "sepp-lite", image.workdir)
 
 
-async def run_the_example_worker(executable: Path) -> None:
+@pytest.mark.parametrize("wheels", [0, 2])
+def test_the_build_stops_unless_dist_holds_one_wheel(
+    tmp_path: Path, wheel: Path, wheels: int
+) -> None:
+    context = build_context(tmp_path / "context", wheel)
+    for extra in range(wheels - 1):
+        shutil.copy(wheel, context / "dist" / wheel.name.replace("0", str(extra + 1), 1))
+    if wheels == 0:
+        shutil.rmtree(context / "dist")
+        (context / "dist").mkdir()
+    image = Image(tmp_path / "image", context, build_args={})
+    with pytest.raises(AssertionError, match=r"expected one sepp_lite wheel in dist/"):
+        image.run(stages()[0])
+
+
+async def run_the_example_worker(executable: Path, workdir: Path) -> None:
     queue = unique_queue()
     async with SeppTestServer() as server:
         async with await sepp.SeppClient.connect(server.addr) as client:
             payload = sepp.Payload(b'{"to": "ada@example.com"}', "application/json")
             await client.enqueue(sepp.EnqueueRequest(queue, "send_welcome", payload=payload))
-        env = {k: v for k, v in os.environ.items() if not k.startswith("SEPP_")}
-        env.update(SEPP_ADDR=server.addr, WORKER_QUEUES=queue)
+        env = dict(image_env(), SEPP_ADDR=server.addr, WORKER_QUEUES=queue)
         proc = await asyncio.create_subprocess_exec(
             str(executable),
             "worker",
             "tasks:make_worker",
             "--until-idle",
-            cwd=str(DOCKER),
+            cwd=str(workdir),
             env=env,
             stdout=asyncio.subprocess.DEVNULL,
             stderr=asyncio.subprocess.PIPE,

@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make
 
 
 OUTER_MAKE = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "EXTRAS", "VENV", "PYTHON"}
-OUTER_MAKE |= {"PROTO_VENV", "PYTEST_ARGS", "DEMO_ARGS"}
+OUTER_MAKE |= {"PROTO_VENV", "PYTEST_ARGS", "DEMO_ARGS", "ARCH", "DIST"}
 
 
 def planned(target: str, tmp_path: Path, *variables: str) -> list[str]:
@@ -70,3 +70,17 @@ def test_after_make_test_make_demo_installs_nothing(tmp_path: Path) -> None:
 def test_make_dist_builds_a_wheel(tmp_path: Path) -> None:
     commands = planned("dist", tmp_path)
     assert any(" -m pip wheel " in c and "--no-deps" in c and "dist" in c for c in commands)
+
+
+def test_make_foreign_arch_runs_the_script_for_that_architecture(tmp_path: Path) -> None:
+    assert planned("foreign-arch", tmp_path, "ARCH=riscv64") == [".ci/foreign-arch riscv64"]
+    assert planned("foreign-arch", tmp_path) == [".ci/foreign-arch s390x"]
+
+
+def test_the_foreign_arch_script_refuses_an_unknown_architecture() -> None:
+    # Checked before anything is installed, mounted or downloaded.
+    done = subprocess.run(
+        [str(ROOT / ".ci" / "foreign-arch"), "x86-64"], capture_output=True, text=True, timeout=30
+    )
+    assert done.returncode == 2
+    assert "a Debian architecture name (s390x, riscv64" in done.stderr

@@ -190,6 +190,80 @@ def test_without_pytest_asyncio_the_sync_fixtures_still_work(
     result.stdout.fnmatch_lines(["*sepp_client fixture is async and needs pytest-asyncio*"])
 
 
+SYNC_AND_ASYNC = """
+import pytest
+
+import sepp_lite as sepp
+
+
+def test_a_plain_def_test_asks_for_the_async_client(sepp_client):
+    pass
+
+
+MARK
+async def test_an_async_test_gets_it(sepp_client, sepp_queue):
+    await sepp_client.enqueue(sepp.EnqueueRequest(sepp_queue, "t"))
+"""
+
+
+@pytest.mark.parametrize(("mode", "mark"), [("auto", ""), ("strict", "@pytest.mark.asyncio")])
+def test_a_sync_test_asking_for_sepp_client_is_told_to_use_sepp_sync_client(
+    pytester: pytest.Pytester, mode: str, mark: str
+) -> None:
+    pytester.makeini(INI.format(mode=mode))
+    pytester.makepyfile(test_user=SYNC_AND_ASYNC.replace("MARK\n", f"{mark}\n"))
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, errors=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*test_a_plain_def_test_asks_for_the_async_client is a plain 'def' test and "
+            "sepp_client is an async client*ask for sepp_sync_client*"
+        ]
+    )
+
+
+DEAD_LETTERS = """
+import pytest
+
+import sepp_lite as sepp
+
+
+def dead_letter_one(client, queue):
+    client.enqueue(sepp.EnqueueRequest(queue, "doomed", max_attempts=1))
+    [job] = client.reserve(sepp.ReserveOptions([queue], 30, wait_timeout=0))
+    client.nack(job.ctx, sepp.RetryDirective.dead_letter(), "broken for good")
+
+
+def test_a_dead_letter_is_kept_by_default(sepp_server, sepp_sync_client, sepp_queue):
+    dead_letter_one(sepp_sync_client, sepp_queue)
+    assert sepp_server.counts(sepp_queue).dead == 1
+    [record] = sepp_sync_client.drain_dead_letters(sepp_queue)
+    assert (record.job_type, record.last_reason) == ("doomed", "broken for good")
+
+
+def test_still_kept_a_week_later(sepp_server, sepp_clock, sepp_sync_client, sepp_queue):
+    dead_letter_one(sepp_sync_client, sepp_queue)
+    sepp_clock.advance(7 * 24 * 3600)
+    assert sepp_server.counts(sepp_queue).dead == 1
+
+
+@pytest.mark.sepp_server(dead_letter_retention_ms=0)
+def test_a_test_can_turn_retention_off(sepp_server, sepp_sync_client, sepp_queue):
+    dead_letter_one(sepp_sync_client, sepp_queue)
+    assert sepp_server.counts(sepp_queue).dead == 0
+    assert sepp_sync_client.drain_dead_letters(sepp_queue) == []
+"""
+
+
+def test_the_fixture_server_keeps_dead_letters_unless_told_not_to(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeini(INI.format(mode="strict"))
+    pytester.makepyfile(test_user=DEAD_LETTERS)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
+    result.assert_outcomes(passed=3)
+
+
 @pytest.fixture
 def external_server() -> Iterator[str]:
     """A server in a process of its own (stopped by its PID), as CI's real one would be."""

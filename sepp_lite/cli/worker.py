@@ -132,7 +132,7 @@ def _add_worker_deployment(parser: argparse.ArgumentParser) -> None:
         type=_listen_arg,
         metavar="ADDR",
         help="serve /livez, /readyz and /metrics on ADDR, e.g. 127.0.0.1:9464 "
-        "(:9464 for every interface); /metrics needs sepp-lite[metrics]",
+        "(:9464 for every interface); /metrics needs prometheus-client (the metrics extra)",
     )
     group.add_argument(
         "--max-loop-lag",
