@@ -62,6 +62,7 @@ if typing.TYPE_CHECKING:
     # What _LAZY below loads on first use, for type checkers.
     from sepp_lite.errors import *  # noqa: F403
     from sepp_lite.shutdown import ShutdownHandle, shutdown_on_signals
+    from sepp_lite.tasks import Task, Tasks
     from sepp_lite.worker import DuplicateHandlerError, HandlerError, Worker
 
 __all__ = [
@@ -120,6 +121,8 @@ __all__ = [
     "ServerInfoError",
     "ServerInternalError",
     "ShutdownHandle",
+    "Task",
+    "Tasks",
     "TraceContext",
     "TraceContextError",
     "TransportError",
@@ -134,9 +137,10 @@ __all__ = [
 ]
 
 # Loaded on first use, so ``import sepp_lite`` does not pay for what only some programs
-# need: the Worker, and the rejection values (sepp_lite/_rejections.py says why).
+# need: the Worker, typed tasks, and the rejection values (sepp_lite/_rejections.py says why).
 _LAZY = dict.fromkeys(("DuplicateHandlerError", "HandlerError", "Worker"), "sepp_lite.worker")
 _LAZY.update(dict.fromkeys(("ShutdownHandle", "shutdown_on_signals"), "sepp_lite.shutdown"))
+_LAZY.update(dict.fromkeys(("Task", "Tasks"), "sepp_lite.tasks"))
 _LAZY.update(dict.fromkeys(set(__all__) - set(globals()) - set(_LAZY), "sepp_lite.errors"))
 
 

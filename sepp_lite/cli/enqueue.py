@@ -161,6 +161,16 @@ def add_parser(commands: Commands, parents: list[argparse.ArgumentParser]) -> No
     parser.add_argument(
         "--rejected", metavar="FILE", help="with --jsonl: write lines not enqueued to FILE"
     )
+    parser.add_argument(
+        "--tasks",
+        metavar="MODULE:OBJECT",
+        help="a sepp_lite.Tasks: then the arguments are JOB_TYPE [INPUT], the input as the "
+        "task reads it (JSON for a dataclass), checked against its type; queue and "
+        "defaults come from the task",
+    )
+    parser.add_argument(
+        "--app-dir", metavar="DIR", help="with --tasks: import from DIR (default: here)"
+    )
     parser.set_defaults(handler=_cmd_enqueue)
 
 
@@ -232,10 +242,15 @@ def request_from_args(args: argparse.Namespace) -> EnqueueRequest:
 
 
 async def _cmd_enqueue(args: argparse.Namespace) -> int:
-    if args.jsonl is not None:
+    if args.tasks is not None:
+        from sepp_lite.cli.tasks import request_from_task
+
+        request = request_from_task(args)
+    elif args.jsonl is not None:
         _check_enqueue_args(args)
         return await _enqueue_jsonl(args)
-    request = request_from_args(args)
+    else:
+        request = request_from_args(args)
     async with await connect(args) as client:
         ack = await client.enqueue(request)
     print(ack.job_id + (" deduplicated" if ack.deduplicated else ""))

@@ -1,7 +1,8 @@
 """``sepp-lite worker MODULE:OBJECT``: import the user's Worker (or the factory that makes
-it) and run it until SIGINT/SIGTERM, with ``/livez``, ``/readyz`` and ``/metrics`` under
-``--http``; with ``--processes N`` this process supervises N children
-(:mod:`sepp_lite._supervisor`), each of them this same command run again."""
+it, or a ``sepp_lite.Tasks`` registry) and run it until SIGINT/SIGTERM, with ``/livez``,
+``/readyz`` and ``/metrics`` under ``--http``; with ``--processes N`` this process
+supervises N children (:mod:`sepp_lite._supervisor`), each of them this same command
+run again."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import logging
 import os
 import sys
 from collections.abc import Awaitable
-from typing import Callable, Optional
+from typing import Any, Callable, Optional
 
 from sepp_lite import errors
 from sepp_lite.cli.common import (
@@ -24,6 +25,7 @@ from sepp_lite.cli.common import (
     Commands,
     connect,
     describe,
+    int_in,
     positive_seconds,
 )
 from sepp_lite.client import SeppClient
@@ -45,7 +47,8 @@ def add_parser(commands: Commands, parents: list[argparse.ArgumentParser]) -> No
         description="Import MODULE:OBJECT and run the Worker it gives. OBJECT is a "
         "factory, sync or async, called with the client this command connects "
         "(def make_worker(client) -> Worker), or with no arguments when it takes none "
-        "(it then connects by itself); or a Worker instance. The first SIGINT or SIGTERM "
+        "(it then connects by itself); or a Worker instance; or a sepp_lite.Tasks, whose "
+        "worker serves its tasks (--queues, --concurrency). The first SIGINT or SIGTERM "
         "stops reserving and drains the jobs in flight; a second one stops at once.",
     )
     parser.add_argument("target", metavar="MODULE:OBJECT")
@@ -63,8 +66,25 @@ def add_parser(commands: Commands, parents: list[argparse.ArgumentParser]) -> No
         choices=["debug", "info", "warning", "error"],
         help="log level of the messages on stderr (default info)",
     )
+    _add_tasks_options(parser)
     _add_worker_deployment(parser)
     parser.set_defaults(handler=_cmd_worker)
+
+
+def _add_tasks_options(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("when OBJECT is a sepp_lite.Tasks")
+    group.add_argument(
+        "--queues",
+        type=lambda text: [name for name in text.split(",") if name],
+        metavar="Q1,Q2",
+        help="serve only the tasks of these queues (default: every task's queue)",
+    )
+    group.add_argument(
+        "--concurrency",
+        type=int_in(1, 1_000_000),
+        metavar="N",
+        help="jobs handled at once: the worker's max_in_flight (default 16)",
+    )
 
 
 def _processes_arg(text: str) -> int:
@@ -150,10 +170,21 @@ def _takes_client(factory: Callable[..., object]) -> bool:
 
 
 async def build_worker(
-    target: object, spec: str, make_client: Callable[[], Awaitable[SeppClient]]
+    target: object,
+    spec: str,
+    make_client: Callable[[], Awaitable[SeppClient]],
+    *,
+    queues: Optional[list[str]] = None,
+    concurrency: Optional[int] = None,
 ) -> Worker:
     """The Worker ``target`` gives: itself, or what the factory returns (awaited when
-    it is a coroutine), called with ``await make_client()`` when it takes an argument."""
+    it is a coroutine), called with ``await make_client()`` when it takes an argument;
+    for a ``Tasks`` (or a factory returning one), its worker on ``await make_client()``
+    for ``queues`` with ``max_in_flight=concurrency``, which only such a worker takes."""
+    if _is_tasks(target):
+        return await _tasks_worker(target, spec, make_client, queues, concurrency)
+    if queues is not None or concurrency is not None:
+        raise CliError("--queues and --concurrency go with a sepp_lite.Tasks target")
     if isinstance(target, Worker):
         return target
     if not callable(target):
@@ -169,6 +200,32 @@ async def build_worker(
     if not isinstance(result, Worker):
         raise CliError(f"{spec} returned {type(result).__name__!r}, not a sepp_lite.Worker")
     return result
+
+
+def _is_tasks(target: object) -> bool:
+    # sepp_lite.tasks is imported only when the user's module has imported it already.
+    module = sys.modules.get("sepp_lite.tasks")
+    return module is not None and isinstance(target, module.Tasks)
+
+
+async def _tasks_worker(
+    tasks: Any,
+    spec: str,
+    make_client: Callable[[], Awaitable[SeppClient]],
+    queues: Optional[list[str]],
+    concurrency: Optional[int],
+) -> Worker:
+    if not len(tasks):
+        raise CliError(f"{spec} has no tasks")
+    options = {} if concurrency is None else {"max_in_flight": concurrency}
+    unknown = [queue for queue in queues or () if queue not in tasks.queues]
+    if unknown:  # checked before connecting
+        raise CliError(
+            f"--queues: no task of {spec} uses {', '.join(unknown)} (its queues: "
+            f"{', '.join(tasks.queues)})"
+        )
+    worker: Worker = tasks.worker(await make_client(), queues=queues, **options)
+    return worker
 
 
 async def run_worker(worker: Worker, *, until_idle: bool = False) -> int:
@@ -203,7 +260,9 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
             stack.push_async_callback(client.close)
             return client
 
-        worker = await build_worker(target, args.target, make_client)
+        worker = await build_worker(
+            target, args.target, make_client, queues=args.queues, concurrency=args.concurrency
+        )
         # The worker's client is closed too when a factory made its own: the command
         # owns everything that runs for it.
         stack.push_async_callback(worker.client.close)

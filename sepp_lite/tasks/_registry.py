@@ -1,0 +1,387 @@
+"""``Tasks``: a registry of typed tasks with shared defaults, lifecycle hooks and
+middleware, and the Worker that serves them."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import types
+import typing
+from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union, overload
+
+from sepp_lite import _otel, _validate
+from sepp_lite._time import Duration, as_timedelta
+from sepp_lite.tasks._codecs import Codec, CodecFactory, codec_for
+from sepp_lite.tasks._task import Middleware, Options, Retry, Task
+from sepp_lite.types import JobCtx, Priority
+from sepp_lite.worker import DuplicateHandlerError, Worker
+
+if TYPE_CHECKING:
+    from sepp_lite.client import SeppClient
+
+__all__ = ["State", "TaskWorker", "Tasks"]
+
+logger = _otel.logger()
+
+I = TypeVar("I")  # noqa: E741
+
+Hook = Callable[["State"], Awaitable[Any]]
+Lifespan = Callable[["State"], contextlib.AbstractAsyncContextManager[Any]]
+
+_DEFAULT_LEASE_S = 30.0
+
+
+class State(types.SimpleNamespace):
+    """What start-up hooks and the lifespan keep for handlers (``tasks.state.db``)."""
+
+
+class _Decorator(typing.Protocol):
+    @overload
+    def __call__(self, fn: Callable[[I, JobCtx], Awaitable[Any]], /) -> Task[I]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[I], Awaitable[Any]], /) -> Task[I]: ...
+
+
+class Tasks:
+    """A registry of typed tasks: the defaults they share, the hooks that run around a
+    worker's life, the middleware around every call, and :meth:`worker`.
+
+    ``queue``, ``priority``, ``max_attempts``, ``timeout`` (seconds or ``timedelta``:
+    the handler is cancelled and the job nacked for a retry, on the last attempt
+    dead-lettered), ``retry`` (a :class:`Backoff` or a function of the attempt; default:
+    the queue's policy on the server) and ``codec`` (a :class:`Codec` for every task, or
+    a function of the input type returning one or None) are defaults that each
+    :meth:`task` can override.
+    """
+
+    def __init__(
+        self,
+        *,
+        queue: Optional[str] = None,
+        priority: Union[Priority, int, None] = None,
+        max_attempts: Optional[int] = None,
+        timeout: Optional[Duration] = None,
+        retry: Optional[Retry] = None,
+        codec: Union[Codec, CodecFactory, None] = None,
+    ) -> None:
+        self._defaults = _checked(queue, priority, max_attempts, timeout, retry)
+        self._codec = codec
+        self._tasks: dict[str, Task[Any]] = {}
+        self._middleware: list[Middleware] = []
+        self._startup: list[Hook] = []
+        self._shutdown: list[Hook] = []
+        self._lifespans: list[Lifespan] = []
+        self._running = 0
+        self._stack: Optional[contextlib.AsyncExitStack] = None
+        self.state = State()
+
+    # -- registering -------------------------------------------------------------------
+
+    @overload
+    def task(self, fn: Callable[[I, JobCtx], Awaitable[Any]], /) -> Task[I]: ...
+
+    @overload
+    def task(self, fn: Callable[[I], Awaitable[Any]], /) -> Task[I]: ...
+
+    @overload
+    def task(
+        self,
+        *,
+        job_type: Optional[str] = None,
+        queue: Optional[str] = None,
+        priority: Union[Priority, int, None] = None,
+        max_attempts: Optional[int] = None,
+        timeout: Optional[Duration] = None,
+        retry: Optional[Retry] = None,
+        idempotency_key: Optional[Callable[[Any], str]] = None,
+        codec: Optional[Codec] = None,
+        input_type: Any = None,
+    ) -> _Decorator: ...
+
+    def task(  # type: ignore[misc]
+        self, fn: Any = None, /, **options: Any
+    ) -> Any:
+        """Register an ``async def`` as a task: ``@tasks.task`` or ``@tasks.task(...)``.
+
+        The function takes its input (one parameter, annotated with its type) and
+        optionally the job's :class:`~sepp_lite.JobCtx`. ``job_type`` defaults to the
+        function's name; ``idempotency_key`` is a function of the input giving the key
+        each enqueue sends; ``input_type`` overrides the annotation. Raises
+        ``TypeError`` for a function or an input type that cannot be a task,
+        :class:`~sepp_lite.DuplicateHandlerError` for a job type registered already.
+        """
+        if fn is None:
+            return lambda f: self._register(f, **options)
+        return self._register(fn, **options)
+
+    def _register(
+        self,
+        fn: Callable[..., Awaitable[Any]],
+        *,
+        job_type: Optional[str] = None,
+        queue: Optional[str] = None,
+        idempotency_key: Optional[Callable[[Any], str]] = None,
+        codec: Optional[Codec] = None,
+        input_type: Any = None,
+        **overrides: Any,
+    ) -> Task[Any]:
+        param, hinted, takes_ctx = _signature(fn, input_type is None)
+        tp = hinted if input_type is None else input_type
+        name = fn.__name__ if job_type is None else job_type
+        _validate.job_type(name)
+        if name in self._tasks:
+            raise DuplicateHandlerError(name)
+        defaults = self._defaults
+        given = _checked(queue or defaults["queue"], **_merged(defaults, overrides))
+        if given["queue"] is None:
+            raise TypeError(f"task {name!r}: no queue (give queue= to the task or to Tasks)")
+        if idempotency_key is not None and not callable(idempotency_key):
+            raise TypeError("idempotency_key must be a function of the input")
+        options = Options(job_type=name, idempotency_key=idempotency_key, **given)
+        chosen = codec if codec is not None else self._task_codec(tp)
+        task: Task[Any] = Task(fn, options, tp, param, takes_ctx, chosen)
+        self._tasks[name] = task
+        return task
+
+    def _task_codec(self, tp: Any) -> Codec:
+        default = self._codec
+        if default is None:
+            return codec_for(tp)
+        if isinstance(default, Codec):
+            return default
+        return codec_for(tp, default)
+
+    def middleware(self, mw: Middleware) -> Middleware:
+        """Wrap every call of every task: ``async def mw(call_next, input, ctx)``
+        returning ``await call_next(input, ctx)`` (or raising). The first registered is
+        the outermost. Returns ``mw`` (a decorator). Applies to workers built after."""
+        if not inspect.iscoroutinefunction(mw):
+            raise TypeError("middleware must be an async def (call_next, input, ctx)")
+        self._middleware.append(mw)
+        return mw
+
+    def on_startup(self, hook: Hook) -> Hook:
+        """Run ``await hook(state)`` before a worker of these tasks reserves its first
+        job (open pools, warm caches: keep them on ``state``). A decorator."""
+        self._startup.append(hook)
+        return hook
+
+    def on_shutdown(self, hook: Hook) -> Hook:
+        """Run ``await hook(state)`` after the worker has drained (in reverse order of
+        registration, also when it failed). A decorator."""
+        self._shutdown.append(hook)
+        return hook
+
+    def lifespan(self, factory: Lifespan) -> Lifespan:
+        """One async context manager around a worker's life, as Starlette's lifespan:
+        ``factory(state)`` is entered before the first job and left after the drain.
+        A decorator (for an ``@contextlib.asynccontextmanager`` function)."""
+        self._lifespans.append(factory)
+        return factory
+
+    # -- what it holds -----------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Task[Any]]:
+        return iter(list(self._tasks.values()))
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def __getitem__(self, job_type: str) -> Task[Any]:
+        return self._tasks[job_type]
+
+    def __contains__(self, job_type: object) -> bool:
+        return job_type in self._tasks
+
+    @property
+    def job_types(self) -> list[str]:
+        """The job types, in the order they were registered."""
+        return list(self._tasks)
+
+    @property
+    def queues(self) -> list[str]:
+        """The tasks' queues, each once, in the order of registration."""
+        return list(dict.fromkeys(task.queue for task in self._tasks.values()))
+
+    def __repr__(self) -> str:
+        return f"<Tasks {', '.join(self._tasks) or '(none)'}>"
+
+    # -- running -----------------------------------------------------------------------
+
+    def worker(
+        self,
+        client: SeppClient,
+        *,
+        queues: Optional[Iterable[str]] = None,
+        lease_duration: Duration = _DEFAULT_LEASE_S,
+        **options: Any,
+    ) -> TaskWorker:
+        """A :class:`~sepp_lite.Worker` (the subclass :class:`TaskWorker`) on ``client``
+        for every task of ``queues`` (default: all of the tasks' queues). Its ``run()``
+        runs the start-up hooks and the lifespan first and the shutdown hooks last.
+        ``options`` are the Worker's (``max_in_flight``, ``auto_extend``, ...);
+        ``lease_duration`` defaults to 30 s. ``ValueError`` for a queue no task uses."""
+        chosen = self.queues if queues is None else list(queues)
+        unknown = [queue for queue in chosen if queue not in self.queues]
+        if unknown:
+            raise ValueError(
+                f"no task uses queue(s) {', '.join(unknown)} (the tasks' queues: "
+                f"{', '.join(self.queues) or 'none'})"
+            )
+        lease = as_timedelta(lease_duration, "lease_duration", positive=True)
+        worker = TaskWorker(self, client, chosen, lease, **options)
+        for task in self._tasks.values():
+            if task.queue in chosen:
+                worker.handle(task.job_type, task.handler(self._middleware))
+                _warn_if_outlived(task, lease.total_seconds(), options)
+        return worker
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[State]:
+        """The hooks around a worker's life: start-up hooks and lifespans on entry,
+        shutdown hooks on exit. Nested or concurrent uses (two workers) run them once,
+        around the outermost. Yields :attr:`state`."""
+        if self._running == 0:
+            stack = contextlib.AsyncExitStack()
+            await stack.__aenter__()
+            try:
+                await self._start(stack)
+            except BaseException:
+                await stack.aclose()
+                raise
+            self._stack = stack
+        self._running += 1
+        try:
+            yield self.state
+        finally:
+            self._running -= 1
+            if self._running == 0 and self._stack is not None:
+                stack, self._stack = self._stack, None
+                await stack.aclose()
+
+    async def _start(self, stack: contextlib.AsyncExitStack) -> None:
+        state = self.state
+        for hook in self._shutdown:
+            stack.push_async_callback(hook, state)  # left in reverse order of pushing
+        for hook in self._startup:
+            await hook(state)
+        for factory in self._lifespans:
+            await stack.enter_async_context(factory(state))
+
+
+class TaskWorker(Worker):
+    """The Worker :meth:`Tasks.worker` builds: a plain :class:`~sepp_lite.Worker`
+    whose handlers are the tasks', and whose ``run()`` runs inside
+    :meth:`Tasks.running` and logs the job types it serves."""
+
+    def __init__(self, tasks: Tasks, client: SeppClient, queues: list[str], *a: Any, **k: Any):
+        super().__init__(client, queues, *a, **k)
+        self.tasks = tasks
+
+    @property
+    def job_types(self) -> list[str]:
+        """The job types this worker has handlers for."""
+        return [
+            job_type
+            for job_type in self.tasks.job_types
+            if self.tasks[job_type].queue in set(self.queues)
+        ]
+
+    async def run(self, *, until_idle: bool = False) -> None:
+        """As :meth:`Worker.run`, inside the tasks' start-up and shutdown hooks."""
+        async with self.tasks.running():
+            logger.info(
+                "worker %s serves job types %s on queues %s",
+                self.worker_id,
+                ", ".join(self.job_types) or "(none)",
+                ", ".join(self.queues),
+            )
+            await super().run(until_idle=until_idle)
+
+
+def _checked(
+    queue: Optional[str],
+    priority: Union[Priority, int, None] = None,
+    max_attempts: Optional[int] = None,
+    timeout: Optional[Duration] = None,
+    retry: Optional[Retry] = None,
+) -> dict[str, Any]:
+    """Options checked once, at registration (``TypeError``/``ValueError`` naming them)."""
+    if queue is not None:
+        _validate.queue(queue)
+    if priority is not None and not isinstance(priority, Priority):
+        priority = Priority(priority)
+    if max_attempts is not None:
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
+            raise TypeError(f"max_attempts must be an int, got {type(max_attempts).__name__}")
+        if not 1 <= max_attempts <= 2**32 - 1:
+            raise ValueError(f"max_attempts must be from 1 to 4294967295, got {max_attempts}")
+    seconds = None
+    if timeout is not None:
+        seconds = as_timedelta(timeout, "timeout", positive=True).total_seconds()
+    if retry is not None and not callable(retry) and not hasattr(retry, "delay"):
+        raise TypeError("retry must be a Backoff or a function of the attempt number")
+    return {
+        "queue": queue,
+        "priority": priority,
+        "max_attempts": max_attempts,
+        "timeout": seconds,
+        "retry": retry,
+    }
+
+
+def _merged(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, Any]:
+    unknown = set(overrides) - {"priority", "max_attempts", "timeout", "retry"}
+    if unknown:
+        raise TypeError(f"task() got unexpected option(s): {', '.join(sorted(unknown))}")
+    return {
+        name: overrides.get(name, defaults[name])
+        if overrides.get(name) is not None
+        else defaults[name]
+        for name in ("priority", "max_attempts", "timeout", "retry")
+    }
+
+
+def _signature(fn: Callable[..., Any], hinted: bool) -> tuple[str, Any, bool]:
+    """The input's name and (when ``hinted``) annotation, and whether the function
+    takes ``ctx``."""
+    if not inspect.iscoroutinefunction(fn):
+        raise TypeError(f"{getattr(fn, '__qualname__', fn)!r}: a task must be an async def")
+    positional = [
+        p
+        for p in inspect.signature(fn).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    if not 1 <= len(positional) <= 2:
+        raise TypeError(
+            f"{fn.__qualname__}: a task takes its input and optionally the JobCtx, "
+            f"got {len(positional)} positional parameter(s)"
+        )
+    param = positional[0].name
+    if not hinted:
+        return param, None, len(positional) == 2
+    try:
+        hints = typing.get_type_hints(fn, include_extras=True)
+    except NameError as exc:
+        raise TypeError(
+            f"{fn.__qualname__}: cannot resolve the annotation of {param!r} ({exc}); "
+            "pass input_type= explicitly"
+        ) from None
+    if param not in hints:
+        raise TypeError(f"{fn.__qualname__}: annotate the input {param!r} with its type")
+    return param, hints[param], len(positional) == 2
+
+
+def _warn_if_outlived(task: Task[Any], lease_s: float, options: dict[str, Any]) -> None:
+    extends = options.get("auto_extend") or options.get("auto_extend_interval") is not None
+    if task.timeout is not None and task.timeout > lease_s and not extends:
+        logger.warning(
+            "task %s: its timeout (%.3g s) is longer than the lease (%.3g s) and "
+            "auto_extend is off: a job still running when its lease expires is "
+            "delivered again",
+            task.job_type,
+            task.timeout,
+            lease_s,
+        )

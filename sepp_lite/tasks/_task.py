@@ -1,0 +1,424 @@
+"""One typed task: its options, how it becomes an EnqueueRequest (producing), and the
+plain ``async def (payload, ctx)`` handler a Worker runs for it (consuming).
+
+Everything a job needs is decided here once, when the worker is built: the codec, the
+call with or without ``ctx``, the middleware chain, the time limit and the backoff. A
+job then costs one decode and one or two more awaits than a raw handler.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import random
+from collections.abc import Awaitable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar, Union, overload
+
+from sepp_lite import _otel
+from sepp_lite._time import Duration, as_timedelta, seconds_text
+from sepp_lite.tasks._codecs import Codec
+from sepp_lite.tasks._convert import InputError, type_name
+from sepp_lite.types import EnqueueAck, EnqueueRequest, JobCtx, Payload, Primitive, Priority
+from sepp_lite.types import RetryDirective as Directive
+from sepp_lite.worker import HandlerError
+
+if TYPE_CHECKING:
+    from sepp_lite.client import SeppClient
+    from sepp_lite.errors import JobRejection
+    from sepp_lite.sync import SeppClient as SyncSeppClient
+
+__all__ = ["Backoff", "Middleware", "Retry", "Task"]
+
+logger = _otel.logger()
+
+I = TypeVar("I")  # noqa: E741 - the task's input type, as in the docs
+
+Middleware = Callable[[Callable[[Any, JobCtx], Awaitable[Any]], Any, JobCtx], Awaitable[Any]]
+"""``async def mw(call_next, input, ctx)``: wraps every call of every task of a
+registry; ``await call_next(input, ctx)`` runs the rest (the task at the end)."""
+
+Handler = Callable[[Optional[Payload], JobCtx], Awaitable[None]]
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """A task's retry delay after a failure: ``initial * multiplier**(attempt - 1)``
+    seconds, at most ``max``, times a random factor in [0.5, 1) with ``jitter`` (so
+    jobs that failed together do not come back together). Durations take
+    ``timedelta`` or seconds."""
+
+    initial: Duration = 1.0
+    multiplier: float = 2.0
+    max: Duration = 600.0
+    jitter: bool = True
+    _seconds: tuple[float, float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        initial = as_timedelta(self.initial, "initial").total_seconds()
+        cap = as_timedelta(self.max, "max").total_seconds()
+        if isinstance(self.multiplier, bool) or not isinstance(self.multiplier, (int, float)):
+            raise TypeError(f"multiplier must be a number, got {type(self.multiplier).__name__}")
+        if not self.multiplier >= 1.0:
+            raise ValueError(f"multiplier must be at least 1.0, got {self.multiplier!r}")
+        object.__setattr__(self, "_seconds", (initial, cap))
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait after failed attempt ``attempt`` (1 for the first)."""
+        initial, cap = self._seconds
+        exponent = min(max(attempt - 1, 0), 256)  # beyond this every delay is at max
+        try:
+            base = min(cap, initial * self.multiplier**exponent)
+        except OverflowError:
+            base = cap
+        return base * random.uniform(0.5, 1.0) if self.jitter else base
+
+
+Retry = Union[Backoff, Callable[[int], Duration]]
+"""``retry=``: a :class:`Backoff`, or a function of the attempt number giving the
+delay (``timedelta`` or seconds)."""
+
+
+def _retry_delay(retry: Retry, attempt: int) -> float:
+    if isinstance(retry, Backoff):
+        return retry.delay(attempt)
+    return as_timedelta(retry(attempt), "retry delay").total_seconds()
+
+
+@dataclass(frozen=True)
+class Options:
+    """A task's settings after the registry's defaults were applied."""
+
+    queue: str
+    job_type: str
+    priority: Optional[Priority]
+    max_attempts: Optional[int]
+    timeout: Optional[float]
+    retry: Optional[Retry]
+    idempotency_key: Optional[Callable[[Any], str]]
+
+
+class Task(Generic[I]):
+    """A function registered with :meth:`Tasks.task`: what producers enqueue and what a
+    worker runs. ``I`` is its input type, from the function's first parameter.
+
+    Attributes: ``job_type``, ``queue``, ``priority``, ``max_attempts``, ``timeout``
+    (seconds or None), ``retry``, ``input_type``, ``codec``, ``fn`` (the function).
+    Calling the task calls the function (``await send_welcome(msg, ctx)`` in a unit
+    test), without the codec, the middleware or the time limit.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[..., Awaitable[Any]],
+        options: Options,
+        input_type: Any,
+        param: str,
+        takes_ctx: bool,
+        codec: Codec,
+    ) -> None:
+        self.fn = fn
+        self._options = options
+        self.input_type = input_type
+        self.codec = codec
+        self._param = param
+        self._takes_ctx = takes_ctx
+        functools.update_wrapper(self, fn)
+
+    # -- what it is --------------------------------------------------------------------
+
+    @property
+    def job_type(self) -> str:
+        return self._options.job_type
+
+    @property
+    def queue(self) -> str:
+        return self._options.queue
+
+    @property
+    def priority(self) -> Optional[Priority]:
+        return self._options.priority
+
+    @property
+    def max_attempts(self) -> Optional[int]:
+        return self._options.max_attempts
+
+    @property
+    def timeout(self) -> Optional[float]:
+        return self._options.timeout
+
+    @property
+    def retry(self) -> Optional[Retry]:
+        return self._options.retry
+
+    def __repr__(self) -> str:
+        return (
+            f"<Task {self.job_type} on {self.queue!r}: {self._param}: {type_name(self.input_type)}>"
+        )
+
+    def __call__(self, input: I, ctx: Optional[JobCtx] = None) -> Awaitable[Any]:
+        """The function itself, called with ``input`` (and ``ctx`` if it takes one)."""
+        if self._takes_ctx:
+            return self.fn(input, ctx)
+        return self.fn(input)
+
+    # -- producing ---------------------------------------------------------------------
+
+    def payload(self, input: I) -> Optional[Payload]:
+        """``input`` encoded by this task's codec (``None`` for empty bytes or text:
+        the server wants a payload's data non-empty). Raises
+        :class:`~sepp_lite.tasks.InputError` (a ``ValueError``) naming the field when
+        the value does not fit the task's type."""
+        try:
+            data = self.codec.encode(input)
+        except InputError as error:
+            raise InputError(f"{self.job_type}: {self._param}{_located(error)}") from None
+        return Payload(data, self.codec.encoding) if data else None
+
+    def decode(self, data: bytes) -> I:
+        """The input that a payload's ``data`` carries, as the worker reads it (for
+        tools: ``sepp-lite enqueue --tasks`` checks its input so). Raises
+        :class:`~sepp_lite.tasks.InputError` naming the field that does not fit."""
+        try:
+            value: I = self.codec.decode(data)
+        except ValueError as exc:
+            raise InputError(f"{self.job_type}: {self._param}{_located(exc)}") from None
+        return value
+
+    def request(
+        self,
+        input: I,
+        *,
+        delay: Optional[Duration] = None,
+        scheduled_at: Optional[datetime] = None,
+        priority: Union[Priority, int, None] = None,
+        idempotency_key: Optional[str] = None,
+        max_attempts: Optional[int] = None,
+        custom: Optional[Mapping[str, Primitive]] = None,
+    ) -> EnqueueRequest:
+        """The :class:`~sepp_lite.EnqueueRequest` for one job of this task (for
+        ``client.enqueue_atomic``, say). ``delay`` (``timedelta`` or seconds from now)
+        or ``scheduled_at`` holds it back; the other arguments override the task's."""
+        options = self._options
+        if delay is not None:
+            if scheduled_at is not None:
+                raise ValueError("give delay or scheduled_at, not both")
+            scheduled_at = datetime.now(timezone.utc) + as_timedelta(delay, "delay")
+        if idempotency_key is None and options.idempotency_key is not None:
+            idempotency_key = options.idempotency_key(input)
+        return EnqueueRequest(
+            queue=options.queue,
+            job_type=options.job_type,
+            payload=self.payload(input),
+            idempotency_key=idempotency_key,
+            priority=options.priority if priority is None else priority,
+            max_attempts=options.max_attempts if max_attempts is None else max_attempts,
+            custom=dict(custom) if custom else {},
+            scheduled_at=scheduled_at,
+        )
+
+    @overload
+    def enqueue(
+        self,
+        client: SeppClient,
+        input: I,
+        *,
+        delay: Optional[Duration] = None,
+        scheduled_at: Optional[datetime] = None,
+        priority: Union[Priority, int, None] = None,
+        idempotency_key: Optional[str] = None,
+        max_attempts: Optional[int] = None,
+        custom: Optional[Mapping[str, Primitive]] = None,
+    ) -> Coroutine[Any, Any, EnqueueAck]: ...
+
+    @overload
+    def enqueue(
+        self,
+        client: SyncSeppClient,
+        input: I,
+        *,
+        delay: Optional[Duration] = None,
+        scheduled_at: Optional[datetime] = None,
+        priority: Union[Priority, int, None] = None,
+        idempotency_key: Optional[str] = None,
+        max_attempts: Optional[int] = None,
+        custom: Optional[Mapping[str, Primitive]] = None,
+    ) -> EnqueueAck: ...
+
+    def enqueue(self, client: Any, input: I, **options: Any) -> Any:
+        """Enqueue one job with ``input``. With the async ``SeppClient`` this returns
+        the awaitable of the :class:`~sepp_lite.EnqueueAck`; with a
+        ``sepp_lite.sync.SeppClient``, the ack itself. Raises as ``client.enqueue``
+        (:class:`~sepp_lite.errors.JobRejectedError` when refused), and
+        :class:`~sepp_lite.tasks.InputError` at once when ``input`` does not fit."""
+        return client.enqueue(self.request(input, **options))
+
+    @overload
+    def enqueue_many(
+        self, client: SeppClient, inputs: Iterable[I]
+    ) -> Coroutine[Any, Any, list[Union[EnqueueAck, JobRejection]]]: ...
+
+    @overload
+    def enqueue_many(
+        self, client: SyncSeppClient, inputs: Iterable[I]
+    ) -> list[Union[EnqueueAck, JobRejection]]: ...
+
+    def enqueue_many(self, client: Any, inputs: Iterable[I]) -> Any:
+        """Enqueue one job per input in one EnqueueBatch call: one result per input, in
+        order, an ack or a :class:`~sepp_lite.errors.JobRejection` value (awaitable
+        with the async client, as :meth:`enqueue`)."""
+        return client.enqueue_batch([self.request(value) for value in inputs])
+
+    # -- consuming ---------------------------------------------------------------------
+
+    def handler(self, middleware: Sequence[Middleware] = ()) -> Handler:
+        """The ``async def (payload, ctx)`` a :class:`~sepp_lite.Worker` runs for this
+        task: decode (a payload that does not fit is dead-lettered at once, with the
+        field in the reason), then the function, through ``middleware``, under the
+        time limit and the backoff."""
+        decode = self._decoder()
+        call = self._call(middleware)
+        options = self._options
+        if options.timeout is None and options.retry is None:
+
+            async def handle(payload: Optional[Payload], ctx: JobCtx) -> None:
+                await call(decode(payload), ctx)
+
+            return handle
+        guarded = _Guarded(self.job_type, call, options.timeout, options.retry)
+
+        async def handle_guarded(payload: Optional[Payload], ctx: JobCtx) -> None:
+            await guarded.run(decode(payload), ctx)
+
+        return handle_guarded
+
+    def _decoder(self) -> Callable[[Optional[Payload]], Any]:
+        codec_decode = self.codec.decode
+        encoding = self.codec.encoding
+
+        def decode(payload: Optional[Payload]) -> Any:
+            try:
+                return codec_decode(payload.data if payload is not None else b"")
+            except ValueError as exc:
+                raise HandlerError.permanent(self._unfit(exc, payload, encoding)) from None
+
+        return decode
+
+    def _unfit(self, exc: ValueError, payload: Optional[Payload], encoding: str) -> str:
+        where = _located(exc) if isinstance(exc, InputError) else f": {exc}"
+        reason = f"payload does not fit {type_name(self.input_type)}: {self._param}{where}"
+        if payload is not None and payload.encoding != encoding:
+            reason += f" (payload encoding {payload.encoding!r}, expected {encoding!r})"
+        return reason
+
+    def _call(self, middleware: Sequence[Middleware]) -> Callable[[Any, JobCtx], Awaitable[Any]]:
+        fn = self.fn
+        call: Callable[[Any, JobCtx], Awaitable[Any]]
+        if self._takes_ctx:
+            call = fn
+        else:
+
+            def call(value: Any, ctx: JobCtx) -> Awaitable[Any]:
+                return fn(value)
+
+        for mw in reversed(middleware):
+            call = functools.partial(mw, call)
+        return call
+
+
+def _located(error: ValueError) -> str:
+    if isinstance(error, InputError):
+        return f"{error.path}: {error.problem}"
+    return f": {error}"
+
+
+class _Guarded:
+    """A task's call under its time limit and its backoff."""
+
+    __slots__ = ("_call", "_job_type", "_retry", "_timeout")
+
+    def __init__(
+        self,
+        job_type: str,
+        call: Callable[[Any, JobCtx], Awaitable[Any]],
+        timeout: Optional[float],
+        retry: Optional[Retry],
+    ) -> None:
+        self._job_type = job_type
+        self._call = call
+        self._timeout = timeout
+        self._retry = retry
+
+    async def run(self, value: Any, ctx: JobCtx) -> None:
+        try:
+            if self._timeout is None:
+                await self._call(value, ctx)
+            else:
+                await self._limited(self._call(value, ctx), self._timeout, ctx)
+        except HandlerError:
+            raise
+        except Exception as exc:
+            if self._retry is None:
+                raise  # the Worker nacks it for the queue's own retry policy
+            delay = _retry_delay(self._retry, ctx.attempt)
+            logger.error(
+                "job %s (%s): handler raised %s; retry in %.3g s",
+                ctx.id,
+                self._job_type,
+                type(exc).__name__,
+                delay,
+                exc_info=exc,
+            )
+            reason = f"handler raised {type(exc).__name__}: {exc}"
+            raise HandlerError(reason, Directive.after(delay)) from None
+
+    async def _limited(self, call: Awaitable[Any], seconds: float, ctx: JobCtx) -> None:
+        """Await ``call`` in this task; after ``seconds`` cancel it and raise the
+        HandlerError of a timed-out attempt. No second task: a timer cancels this one,
+        and only while the call is still running (it is where this task waits)."""
+        task = asyncio.current_task()
+        assert task is not None
+        state = [False, False]  # fired, done
+
+        def expire() -> None:
+            if not state[1]:
+                state[0] = True
+                task.cancel()
+
+        timer = asyncio.get_running_loop().call_later(seconds, expire)
+        try:
+            await call
+        except asyncio.CancelledError:
+            if not state[0] or _cancelled_by_others(task):
+                raise  # the worker's own cancellation (shutdown, lost lease)
+            raise self._timed_out(seconds, ctx) from None
+        finally:
+            state[1] = True
+            timer.cancel()
+        if state[0]:  # the call swallowed the cancellation and went on: still too late
+            if _cancelled_by_others(task):
+                raise asyncio.CancelledError
+            raise self._timed_out(seconds, ctx)
+
+    def _timed_out(self, seconds: float, ctx: JobCtx) -> HandlerError:
+        last = ctx.attempt >= ctx.max_attempts > 0
+        limit = seconds_text(timedelta(seconds=seconds))
+        if last:
+            reason = f"timed out after {limit} on its last attempt ({ctx.attempt})"
+        else:
+            reason = f"timed out after {limit} (attempt {ctx.attempt} of {ctx.max_attempts})"
+        logger.warning("job %s (%s): %s; handler cancelled", ctx.id, self._job_type, reason)
+        if self._retry is None:
+            return HandlerError(reason, Directive.DEFAULT)
+        return HandlerError(reason, Directive.after(_retry_delay(self._retry, ctx.attempt)))
+
+
+def _cancelled_by_others(task: asyncio.Task[Any]) -> bool:
+    """After our own cancel: whether someone else cancelled this task too (Python 3.11+
+    counts cancellations; before that, the Worker's own flags tell it apart)."""
+    uncancel = getattr(task, "uncancel", None)
+    if uncancel is None:
+        return False
+    remaining: int = uncancel()
+    return remaining > 0

@@ -1,0 +1,134 @@
+"""What mypy --strict says about typed tasks: a task's input type comes from its
+function, so enqueueing anything else is a type error, and enqueue's result type
+follows the client (awaitable with the async one, the ack with the sync one).
+
+One mypy run checks every snippet: those marked ``ok`` must have no error, and each
+line marked ``# E`` in the others must have one (and no other line may)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("mypy", reason="mypy is in the lint extra")
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+ROOT = Path(__file__).resolve().parent.parent
+
+PRELUDE = """\
+from __future__ import annotations
+from dataclasses import dataclass
+from typing import Optional
+import sepp_lite as sepp
+from sepp_lite.sync import SeppClient as SyncClient
+from sepp_lite.tasks import Backoff, Tasks
+
+tasks = sepp.Tasks(queue="emails")
+
+@dataclass
+class Welcome:
+    to: str
+    name: str = ""
+
+@tasks.task(max_attempts=5, timeout=30, retry=Backoff(initial=1))
+async def send_welcome(msg: Welcome, ctx: sepp.JobCtx) -> None: ...
+
+@tasks.task
+async def count(n: int) -> None: ...
+
+@tasks.task(job_type="maybe")
+async def maybe(value: Optional[str]) -> None: ...
+"""
+
+SNIPPETS = {
+    "ok_async": """
+async def produce(client: sepp.SeppClient) -> str:
+    ack: sepp.EnqueueAck = await send_welcome.enqueue(client, Welcome(to="a"), delay=60)
+    await count.enqueue(client, 3, priority=5, idempotency_key="k")
+    await maybe.enqueue(client, None)
+    results = await send_welcome.enqueue_many(client, [Welcome("a"), Welcome("b")])
+    for result in results:
+        if isinstance(result, sepp.EnqueueAck):
+            return result.job_id
+    return ack.job_id
+""",
+    "ok_sync": """
+def produce(client: SyncClient) -> str:
+    ack = send_welcome.enqueue(client, Welcome(to="a"))
+    reveal_type(ack)  # N: EnqueueAck
+    return ack.job_id
+""",
+    "ok_worker": """
+async def run(client: sepp.SeppClient) -> None:
+    worker: sepp.Worker = tasks.worker(client, max_in_flight=32)
+    await worker.run()
+    request: sepp.EnqueueRequest = send_welcome.request(Welcome("a"))
+    await send_welcome(Welcome("a"), None)
+""",
+    "bad_input": """
+async def produce(client: sepp.SeppClient) -> None:
+    await send_welcome.enqueue(client, "oops")  # E
+    await count.enqueue(client, "3")  # E
+    await maybe.enqueue(client, 1)  # E
+    await send_welcome.enqueue_many(client, [Welcome("a"), 1])  # E
+""",
+    "bad_sync_await": """
+async def produce(client: SyncClient) -> None:
+    await send_welcome.enqueue(client, Welcome("a"))  # E
+""",
+    "bad_option": """
+async def produce(client: sepp.SeppClient) -> None:
+    await send_welcome.enqueue(client, Welcome("a"), delay="soon")  # E
+    await send_welcome.enqueue(client, Welcome("a"), queue="other")  # E
+""",
+    "bad_task_shape": """
+@tasks.task  # E
+def not_async(msg: Welcome) -> None: ...
+""",
+}
+
+
+def test_mypy_strict_on_typed_task_snippets(tmp_path: Path) -> None:
+    for name, body in SNIPPETS.items():
+        (tmp_path / f"{name}.py").write_text(PRELUDE + body)
+    env = {**os.environ, "MYPYPATH": str(ROOT)}
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--config-file",
+            os.devnull,
+            "--cache-dir",
+            str(tmp_path / ".mypy_cache"),
+            "--python-version",
+            "3.10",
+            *sorted(str(tmp_path / f"{name}.py") for name in SNIPPETS),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
+        timeout=280,
+    )
+    errors: dict[str, set[int]] = {name: set() for name in SNIPPETS}
+    notes: dict[str, list[str]] = {name: [] for name in SNIPPETS}
+    for line in done.stdout.splitlines():
+        match = re.match(r"(\w+)\.py:(\d+): (error|note): (.*)", line)
+        if match:
+            file, number, kind, text = match.groups()
+            (errors[file].add(int(number)) if kind == "error" else notes[file].append(text))
+    offset = PRELUDE.count("\n")
+    for name, body in SNIPPETS.items():
+        marked = {
+            offset + index + 1 for index, text in enumerate(body.splitlines()) if "# E" in text
+        }
+        assert errors[name] == marked, f"{name}: errors on lines {errors[name]}\n{done.stdout}"
+    assert any('"sepp_lite.types.EnqueueAck"' in note for note in notes["ok_sync"]), done.stdout
