@@ -65,7 +65,7 @@ CLOCK_SKEW_ALLOWANCE = timedelta(minutes=1)
 
 DEFAULT_LOOKAHEAD = timedelta(minutes=10)
 _DEFAULT_GRACE_CAP = timedelta(minutes=10)
-_DEFAULT_DEDUP_WINDOW = timedelta(hours=24)
+DEFAULT_DEDUP_WINDOW = timedelta(hours=24)
 # The longest a scheduler sleeps between passes: a stepped wall clock or a slot that
 # a server refused is looked at again within this.
 _MAX_SLEEP_MS = 60_000
@@ -339,7 +339,7 @@ class PeriodicScheduler:
         client: Producer,
         jobs: Sequence[PeriodicJob],
         *,
-        dedup_window: Duration = _DEFAULT_DEDUP_WINDOW,
+        dedup_window: Duration = DEFAULT_DEDUP_WINDOW,
         clock: Optional[SchedulerClock] = None,
     ) -> None:
         self._client = client
@@ -349,6 +349,7 @@ class PeriodicScheduler:
         self._tracks = {id(job): _Track() for job in self._jobs}
         self._by_type = {(job.queue, job.job_type): job for job in self._jobs}
         self._batch = 256
+        self._checked = False
         self._sleeping_until: Optional[int] = None
         self._passes = 0
         for job in self._jobs:
@@ -381,12 +382,19 @@ class PeriodicScheduler:
         ms = self._sleeping_until
         return None if ms is None else ms_to_datetime(ms)
 
-    async def run(self) -> None:
-        """Enqueue slots until cancelled; see the class docstring for what raises."""
+    async def check(self) -> None:
+        """Read the server's limits (waiting while it is unreachable) and raise
+        ``ValueError`` for a schedule it cannot keep; :meth:`run` does it first."""
         info = await self._retrying("cannot read the server's limits", self._client.get_server_info)
-        self._batch = max(1, info.max_enqueue_batch)
         for job in self._jobs:
             check_server_limits(job, info)
+        self._batch = max(1, info.max_enqueue_batch)
+        self._checked = True
+
+    async def run(self) -> None:
+        """Enqueue slots until cancelled; see the class docstring for what raises."""
+        if not self._checked:
+            await self.check()
         while True:
             wake = await self._retrying("enqueue failed", self._pass)
             self._passes += 1
