@@ -18,7 +18,7 @@ from typing import Optional
 
 import pytest
 
-from sepp_lite import JobCtx, Payload, SeppClient, Worker
+from sepp_lite import JobCtx, Payload, SeppClient, Tasks, Worker
 from sepp_lite._periodic import PeriodicJob, PeriodicScheduler, periodic_slot, slot_key
 from sepp_lite.testing import ManualClock, SeppTestServer
 from tests.client_helpers import unique_queue, until
@@ -55,10 +55,20 @@ class Runs:
 
 
 class Replica:
-    """One worker process's worth: its own client, Worker and scheduler."""
+    """One worker process's worth: its own client, Worker and scheduler; with
+    ``tasks``, the worker a ``Tasks`` registry builds (its scheduler inside)."""
 
-    def __init__(self, addr: str, queue: str, jobs: list[PeriodicJob], runs: Runs, clock: object):
+    def __init__(
+        self,
+        addr: str,
+        queue: str,
+        jobs: list[PeriodicJob],
+        runs: Runs,
+        clock: object,
+        tasks: Optional[Tasks] = None,
+    ):
         self.addr, self.queue, self.jobs, self.runs, self.clock = addr, queue, jobs, runs, clock
+        self.tasks = tasks
         self.scheduler: Optional[PeriodicScheduler] = None
         self._client: Optional[SeppClient] = None
         self._worker: Optional[Worker] = None
@@ -72,6 +82,13 @@ class Replica:
     async def start(self) -> None:
         self.starts += 1
         self._client = await SeppClient.connect(self.addr)
+        if self.tasks is not None:
+            worker = self.tasks.worker(
+                self._client, lease_duration=600, wait_timeout=WAIT, periodic_clock=self.clock
+            )
+            self._worker, self.scheduler = worker, worker.scheduler
+            self._tasks = [asyncio.ensure_future(worker.run())]
+            return
         self._worker = Worker(self._client, [self.queue], lease_duration=600, wait_timeout=WAIT)
         self.scheduler = PeriodicScheduler(self._client, self.jobs, clock=self.clock)  # type: ignore[arg-type]
         for job in self.jobs:
@@ -83,11 +100,12 @@ class Replica:
 
     async def stop(self) -> None:
         assert self._worker is not None and self._client is not None
-        worker_task, scheduler_task = self._tasks
+        worker_task, *scheduler_task = self._tasks
         self._worker.shutdown_handle().shutdown()
-        scheduler_task.cancel()
+        for task in scheduler_task:
+            task.cancel()
         await asyncio.wait_for(worker_task, 10)
-        await asyncio.gather(scheduler_task, return_exceptions=True)
+        await asyncio.gather(*scheduler_task, return_exceptions=True)
         await self._client.close()
         self._tasks = []
         self.scheduler = None
@@ -123,16 +141,20 @@ async def simulate(
     queue: str,
     gap: tuple[datetime, datetime],
     seed: int,
+    through_tasks: bool = False,
 ) -> tuple[Runs, SeppTestServer]:
     """Three replicas over ``days`` from ``start``; all of them down during ``gap``,
     otherwise stopped and started at random with at least one running."""
     rng = random.Random(seed)
     runs = Runs()
+    registry = tasks_of(queue, runs) if through_tasks else None
     end = ms(start + timedelta(days=days))
     gap_start, gap_end = ms(gap[0]), ms(gap[1])
     wait_ms = int(WAIT.total_seconds() * 1000)
     async with SeppTestServer(clock=ManualClock(ms(start)), max_wait_timeout_ms=wait_ms) as server:
-        replicas = [Replica(server.addr, queue, jobs, runs, server.clock) for _ in range(3)]
+        replicas = [
+            Replica(server.addr, queue, jobs, runs, server.clock, registry) for _ in range(3)
+        ]
         try:
             for replica in replicas:
                 await replica.start()
@@ -194,13 +216,39 @@ def expected_runs(
     return run, skipped
 
 
+SCHEDULES = {
+    "five-min": {"every": timedelta(minutes=5)},
+    "hourly": {"cron": "0 * * * *", "tz": "Europe/Vienna"},
+    "daily": {"cron": "30 2 * * *", "tz": "Europe/Vienna"},
+}
+
+
 def schedules(queue: str) -> list[PeriodicJob]:
-    options = {"lookahead": LOOKAHEAD, "misfire_grace": GRACE}
     return [
-        PeriodicJob("five-min", queue, every=timedelta(minutes=5), **options),  # type: ignore[arg-type]
-        PeriodicJob("hourly", queue, cron="0 * * * *", tz="Europe/Vienna", **options),  # type: ignore[arg-type]
-        PeriodicJob("daily", queue, cron="30 2 * * *", tz="Europe/Vienna", **options),  # type: ignore[arg-type]
+        PeriodicJob(name, queue, lookahead=LOOKAHEAD, misfire_grace=GRACE, **options)  # type: ignore[arg-type]
+        for name, options in SCHEDULES.items()
     ]
+
+
+def tasks_of(queue: str, runs: Runs) -> Tasks:
+    """The same schedules as periodic tasks of a registry."""
+    tasks = Tasks(queue=queue)
+
+    async def run(ctx: JobCtx) -> None:
+        await runs.handler(None, ctx)
+
+    for name, options in SCHEDULES.items():  # one function, three job types
+        every = options.get("every")
+        cron = options.get("cron")
+        tasks.periodic(
+            job_type=name,
+            every=every,  # type: ignore[arg-type]
+            cron=cron,  # type: ignore[arg-type]
+            tz=options.get("tz"),
+            lookahead=LOOKAHEAD,
+            misfire_grace=GRACE,
+        )(run)
+    return tasks
 
 
 needs_cron = pytest.mark.skipif(
@@ -231,16 +279,23 @@ SCENARIOS = {
 @needs_cron
 @pytest.mark.slow
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+@pytest.mark.parametrize(
+    ("scenario", "through"),
+    [("spring", "tasks"), ("autumn", "tasks"), ("autumn", "scheduler")],
+)
 async def test_three_replicas_run_every_slot_exactly_once_over_days(
-    scenario: str, caplog: pytest.LogCaptureFixture
+    scenario: str, through: str, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """``through``: workers of a ``Tasks`` registry with ``@tasks.periodic`` tasks, or
+    plain Workers with a PeriodicScheduler beside each."""
     start, gap, dst_slot = SCENARIOS[scenario]
     days = 2.5
     queue = unique_queue()
     jobs = schedules(queue)
     with caplog.at_level(logging.WARNING, "sepp_lite"):
-        runs, server = await simulate(start, days, jobs, queue, gap, seed=len(scenario))
+        runs, server = await simulate(
+            start, days, jobs, queue, gap, seed=len(scenario), through_tasks=through == "tasks"
+        )
     end = start + timedelta(days=days)
     must_run, must_skip = expected_runs(jobs, start, end, gap)
 
