@@ -269,7 +269,9 @@ async def settled(scheduler: PeriodicScheduler, server: SeppTestServer) -> None:
     await until(asleep)
 
 
-def keys_of(server: SeppTestServer, queue: str, job: PeriodicJob, start: datetime, n: int) -> list:
+def keys_of(
+    server: SeppTestServer, queue: str, job: PeriodicJob, start: datetime, n: int
+) -> list[object]:
     return [
         server.state.dedup_record(queue, slot_key(job.job_type, ms(s)))
         for s in job.next_slots(start, n)
@@ -385,7 +387,7 @@ class FailingFirst:
     ) -> list[Union[EnqueueAck, JobRejection]]:
         self.calls += 1
         if self.calls <= self.failures:
-            raise ConnectError("connection refused")
+            raise ConnectError("127.0.0.1:1", "connection refused")
         return await self.client.enqueue_batch(jobs)
 
     async def get_server_info(self) -> ServerInfo:
@@ -408,7 +410,8 @@ async def test_a_failed_enqueue_is_logged_and_retried(caplog: pytest.LogCaptureF
                     await asyncio.gather(task, return_exceptions=True)
             assert producer.calls == 2
             assert server.counts(queue).scheduled == 2
-            assert any("enqueue failed" in r.getMessage() for r in caplog.records)
+            [line] = [r for r in caplog.records if "enqueue failed" in r.getMessage()]
+            assert line.levelno == logging.WARNING and "connection refused" in line.getMessage()
 
 
 def test_misfired_says_whether_a_delivery_is_too_late() -> None:

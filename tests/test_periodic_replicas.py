@@ -14,12 +14,18 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Optional
+from typing import Any, Optional
 
 import pytest
 
 from sepp_lite import JobCtx, Payload, SeppClient, Tasks, Worker
-from sepp_lite._periodic import PeriodicJob, PeriodicScheduler, periodic_slot, slot_key
+from sepp_lite._periodic import (
+    PeriodicJob,
+    PeriodicScheduler,
+    SchedulerClock,
+    periodic_slot,
+    slot_key,
+)
 from sepp_lite.testing import ManualClock, SeppTestServer
 from tests.client_helpers import unique_queue, until
 
@@ -64,7 +70,7 @@ class Replica:
         queue: str,
         jobs: list[PeriodicJob],
         runs: Runs,
-        clock: object,
+        clock: Optional[SchedulerClock],
         tasks: Optional[Tasks] = None,
     ):
         self.addr, self.queue, self.jobs, self.runs, self.clock = addr, queue, jobs, runs, clock
@@ -90,7 +96,7 @@ class Replica:
             self._tasks = [asyncio.ensure_future(worker.run())]
             return
         self._worker = Worker(self._client, [self.queue], lease_duration=600, wait_timeout=WAIT)
-        self.scheduler = PeriodicScheduler(self._client, self.jobs, clock=self.clock)  # type: ignore[arg-type]
+        self.scheduler = PeriodicScheduler(self._client, self.jobs, clock=self.clock)
         for job in self.jobs:
             self._worker.handle(job.job_type, self.scheduler.guard(self.runs.handler))
         self._tasks = [
@@ -216,7 +222,7 @@ def expected_runs(
     return run, skipped
 
 
-SCHEDULES = {
+SCHEDULES: dict[str, dict[str, Any]] = {
     "five-min": {"every": timedelta(minutes=5)},
     "hourly": {"cron": "0 * * * *", "tz": "Europe/Vienna"},
     "daily": {"cron": "30 2 * * *", "tz": "Europe/Vienna"},
@@ -225,7 +231,7 @@ SCHEDULES = {
 
 def schedules(queue: str) -> list[PeriodicJob]:
     return [
-        PeriodicJob(name, queue, lookahead=LOOKAHEAD, misfire_grace=GRACE, **options)  # type: ignore[arg-type]
+        PeriodicJob(name, queue, lookahead=LOOKAHEAD, misfire_grace=GRACE, **options)
         for name, options in SCHEDULES.items()
     ]
 
@@ -238,16 +244,7 @@ def tasks_of(queue: str, runs: Runs) -> Tasks:
         await runs.handler(None, ctx)
 
     for name, options in SCHEDULES.items():  # one function, three job types
-        every = options.get("every")
-        cron = options.get("cron")
-        tasks.periodic(
-            job_type=name,
-            every=every,  # type: ignore[arg-type]
-            cron=cron,  # type: ignore[arg-type]
-            tz=options.get("tz"),
-            lookahead=LOOKAHEAD,
-            misfire_grace=GRACE,
-        )(run)
+        tasks.periodic(job_type=name, lookahead=LOOKAHEAD, misfire_grace=GRACE, **options)(run)
     return tasks
 
 
