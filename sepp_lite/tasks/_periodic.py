@@ -13,62 +13,54 @@ from datetime import tzinfo
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from sepp_lite import _otel
-from sepp_lite._periodic import DEFAULT_LOOKAHEAD, PeriodicJob, PeriodicScheduler
+from sepp_lite._periodic import PeriodicJob, PeriodicScheduler
 from sepp_lite._time import Duration
-from sepp_lite.tasks._codecs import BytesCodec
 from sepp_lite.types import JobCtx
 
 if TYPE_CHECKING:
     from sepp_lite.tasks._task import Task
 
-__all__ = ["periodic_task", "scheduler_beside"]
+__all__ = ["schedule_of", "scheduler_beside", "task_function"]
 
 logger = _otel.logger()
 
 Fn = Callable[..., Awaitable[Any]]
 
 
-def periodic_task(
-    tasks: Any,  # the Tasks registering it (its module imports this one)
-    fn: Fn,
-    *,
-    every: Optional[Duration] = None,
-    cron: Optional[str] = None,
-    tz: Union[str, tzinfo, None] = None,
-    lookahead: Duration = DEFAULT_LOOKAHEAD,
-    misfire_grace: Optional[Duration] = None,
-    job_type: Optional[str] = None,
-    **options: Any,
-) -> Task[bytes]:
-    """Register ``fn`` (``async def fn(ctx)`` or ``async def fn()``) as a task of
-    ``tasks`` and its schedule; see :meth:`Tasks.periodic`."""
+def task_function(fn: Fn) -> Callable[[bytes, JobCtx], Awaitable[Any]]:
+    """``fn`` (``async def fn(ctx)`` or ``async def fn()``) as a task's function: its
+    input is the empty payload of a periodic job. ``TypeError`` for another shape."""
     takes_ctx = _takes_ctx(fn)
-    name = fn.__name__ if job_type is None else job_type
 
     async def run(_: bytes, ctx: JobCtx) -> Any:
         return await (fn(ctx) if takes_ctx else fn())
 
-    run.__qualname__ = getattr(fn, "__qualname__", name)
-    task: Task[bytes] = tasks._register(
-        run, job_type=name, input_type=bytes, codec=BytesCodec(), **options
+    run.__qualname__ = getattr(fn, "__qualname__", run.__qualname__)
+    return run
+
+
+def schedule_of(
+    task: Task[bytes],
+    *,
+    every: Optional[Duration],
+    cron: Optional[str],
+    tz: Union[str, tzinfo, None],
+    lookahead: Duration,
+    misfire_grace: Optional[Duration],
+) -> PeriodicJob:
+    """The :class:`PeriodicJob` that enqueues ``task``'s slots, with its priority and
+    attempts; ``ValueError`` for a bad schedule."""
+    return PeriodicJob(
+        task.job_type,
+        task.queue,
+        every=every,
+        cron=cron,
+        tz=tz,
+        lookahead=lookahead,
+        misfire_grace=misfire_grace,
+        priority=None if task.priority is None else task.priority.value,
+        max_attempts=task.max_attempts,
     )
-    try:
-        job = PeriodicJob(
-            name,
-            task.queue,
-            every=every,
-            cron=cron,
-            tz=tz,
-            lookahead=lookahead,
-            misfire_grace=misfire_grace,
-            priority=None if task.priority is None else task.priority.value,
-            max_attempts=task.max_attempts,
-        )
-    except BaseException:
-        del tasks._tasks[name]  # a schedule that cannot be is no task either
-        raise
-    tasks._periodic[name] = job
-    return task
 
 
 def _takes_ctx(fn: Fn) -> bool:

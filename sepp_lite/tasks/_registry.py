@@ -20,8 +20,8 @@ from sepp_lite._periodic import (
     SchedulerClock,
 )
 from sepp_lite._time import Duration, as_timedelta
-from sepp_lite.tasks._codecs import Codec, CodecFactory, codec_for
-from sepp_lite.tasks._periodic import periodic_task, scheduler_beside
+from sepp_lite.tasks._codecs import BytesCodec, Codec, CodecFactory, codec_for
+from sepp_lite.tasks._periodic import schedule_of, scheduler_beside, task_function
 from sepp_lite.tasks._task import Middleware, Options, Retry, Task
 from sepp_lite.types import JobCtx, Priority
 from sepp_lite.worker import DuplicateHandlerError, Worker
@@ -184,7 +184,21 @@ class Tasks:
         jobs" says what this guarantees and needs. A decorator."""
         schedule: dict[str, Any] = {"every": every, "cron": cron, "tz": tz}
         schedule.update(lookahead=lookahead, misfire_grace=misfire_grace)
-        return lambda fn: periodic_task(self, fn, **schedule, **options)
+
+        def register(fn: Callable[..., Awaitable[Any]]) -> Task[bytes]:
+            rest = {key: value for key, value in options.items() if key != "job_type"}
+            name = options.get("job_type") or fn.__name__
+            task: Task[bytes] = self._register(
+                task_function(fn), job_type=name, input_type=bytes, codec=BytesCodec(), **rest
+            )
+            try:
+                self._periodic[name] = schedule_of(task, **schedule)
+            except BaseException:
+                del self._tasks[name]  # a schedule that cannot be is no task either
+                raise
+            return task
+
+        return register
 
     @property
     def periodic_jobs(self) -> list[PeriodicJob]:
