@@ -351,7 +351,6 @@ class PeriodicScheduler:
         self._batch = 256
         self._checked = False
         self._sleeping_until: Optional[int] = None
-        self._passes = 0
         for job in self._jobs:
             self._check_window(job)
 
@@ -369,11 +368,6 @@ class PeriodicScheduler:
     def jobs(self) -> list[PeriodicJob]:
         """The scheduled jobs."""
         return list(self._jobs)
-
-    @property
-    def passes(self) -> int:
-        """How many passes (looks at every schedule) have completed."""
-        return self._passes
 
     @property
     def sleeping_until(self) -> Optional[datetime]:
@@ -397,7 +391,6 @@ class PeriodicScheduler:
             await self.check()
         while True:
             wake = await self._retrying("enqueue failed", self._pass)
-            self._passes += 1
             await self._sleep_until(wake)
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
