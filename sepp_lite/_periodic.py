@@ -445,9 +445,9 @@ class PeriodicScheduler:
     def _plan(self, job: PeriodicJob, now: int) -> _Plan:
         track = self._tracks[id(job)]
         done = track.settled  # slots up to here need nothing more
-        start = now - job.max_grace // _MS
-        if done is not None:
-            start = min(start, done)
+        # From the first slot not settled (or, at the first pass, the oldest one that
+        # may still be caught up), but at most from now: future slots are counted.
+        start = now - job.max_grace // _MS if done is None else min(done, now)
         send: list[int] = []
         missed: list[int] = []
         ahead = 0
