@@ -389,6 +389,10 @@ class PeriodicScheduler:
         """Enqueue slots until cancelled; see the class docstring for what raises."""
         if not self._checked:
             await self.check()
+        logger.info(
+            "periodic: keeping the next slots enqueued of %s",
+            "; ".join(f"{job.job_type} ({job.describe()})" for job in self._jobs) or "nothing",
+        )
         while True:
             wake = await self._retrying("enqueue failed", self._pass)
             await self._sleep_until(wake)

@@ -259,8 +259,13 @@ async def test_worker_no_periodic_enqueues_nothing(
     async with sepp_lite_process(*argv, "--no-periodic", "--until-idle") as command:
         assert await command.exit_code() == 0, command.text
     assert server.state.totals()["enqueued"] == 0
+    assert "keeping the next slots" not in command.text
     async with sepp_lite_process(*argv, "--until-idle") as command:
         assert await command.exit_code() == 0, command.text
+    assert (
+        "periodic: keeping the next slots enqueued of tick (every 1 s); nightly "
+        "(cron '30 2 * * *' in Europe/Vienna)" in command.text
+    )
     assert server.counts(queue).scheduled > 0  # the slots ahead (the scheduler's look-ahead)
 
 
