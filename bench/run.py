@@ -10,7 +10,8 @@ Reported per workload: the median client CPU per job of each client, the ratio o
 medians, and the median of the per-round ratios (each round runs the two clients back
 to back, so that ratio cancels slow phases of a shared machine best). A second table
 compares sepp_lite's blocking client (``sepp_lite.sync``) with its async one the same
-way. Results go to ``bench/results/latest.{md,json}``.
+way, a third a typed-task Worker (``sepp_lite.Tasks``) with the raw one. Results go
+to ``bench/results/latest.{md,json}``.
 
     python bench/run.py [--rounds 5] [--jobs 3000] [--workloads batch,worker] [--no-pypy]
 """
@@ -50,6 +51,10 @@ PYPY_WORKER_GOAL = 0.35
 SYNC_WORKLOADS = ["enqueue1"]
 SYNC_LABELS = {"enqueue1": "enqueue one job at a time, CPU per job"}
 SYNC_GOAL = 1.3
+# A typed-task Worker (sepp_lite.Tasks, a small dataclass decoded from JSON) against the
+# raw Worker on the same payloads, both sepp_lite: CPU per job (issue 30).
+TYPED_GOAL = 1.15
+TYPED_LABEL = "Worker, no-op, max_in_flight=64: typed task (small dataclass) / raw handler"
 
 
 # Installed packages have their bytecode compiled (pip does it); a caller's
@@ -223,6 +228,34 @@ def sync_comparison(python: Path, workload: str, rounds: int, jobs: int) -> dict
         "pair_ratio_median": statistics.median(ratios),
         "pair_ratios": ratios,
         "server_cpu_share": _server_share(sync + async_),
+        "runs": runs,
+    }
+
+
+# The typed and the raw Worker differ by a few µs in some 110 µs per job: at 3000 jobs a
+# run (about 0.35 s of CPU) the pair ratios of one run on a loaded 2-core machine spread
+# from 0.89 to 1.40; runs three times longer measure the difference more steadily.
+TYPED_JOBS_SCALE = 3
+
+
+def typed_comparison(python: Path, rounds: int, jobs: int) -> dict[str, Any]:
+    """The typed-task Worker against the raw Worker, alternating, same payloads."""
+    jobs *= TYPED_JOBS_SCALE
+    runs: dict[str, list[dict[str, Any]]] = {"typed": [], "raw": []}
+    order = [("typed", "typed_worker"), ("raw", "worker_json")]
+    with Server(python) as server:
+        for index in range(rounds):
+            for name, workload in order if index % 2 == 0 else order[::-1]:
+                runs[name].append(run_client(python, "sepp_lite", workload, jobs, server))
+    typed, raw = runs["typed"], runs["raw"]
+    ratios = [a["cpu_us_per_job"] / b["cpu_us_per_job"] for a, b in zip(typed, raw)]
+    return {
+        "typed_cpu_us": _median(typed, "cpu_us_per_job"),
+        "raw_cpu_us": _median(raw, "cpu_us_per_job"),
+        "pair_ratio_median": statistics.median(ratios),
+        "pair_ratios": ratios,
+        "server_cpu_share": _server_share(typed + raw),
+        "jobs": jobs,
         "runs": runs,
     }
 
@@ -505,6 +538,23 @@ def _sync_rows(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _typed_rows(row: dict[str, Any]) -> list[str]:
+    spread = ", ".join(f"{ratio:.2f}" for ratio in sorted(row["pair_ratios"]))
+    return [
+        "",
+        "Typed tasks against the raw Worker, both sepp_lite, same server and payloads "
+        f"(a 70-byte JSON object), {row['jobs']} jobs per run, alternating; pair ratios "
+        f"{spread}:",
+        "",
+        _row("workload", "typed µs", "raw µs", "typed / raw (median of pairs)", "goal",
+             "server CPU share"),
+        _row("---", "---:", "---:", "---:", "---:", "---:"),
+        _row(TYPED_LABEL, f"{row['typed_cpu_us']:.1f}", f"{row['raw_cpu_us']:.1f}",
+             f"{row['pair_ratio_median']:.2f}×", f"≤ {TYPED_GOAL:.2f}×",
+             f"{row['server_cpu_share']:.2f}"),
+    ]  # fmt: skip
+
+
 def _scaled_jobs(report: dict[str, Any]) -> str:
     """The job counts of the measured workloads that JOBS_SCALE changes, as a note."""
     scaled = [
@@ -539,6 +589,8 @@ def markdown(report: dict[str, Any]) -> str:
               for r in _latency_rows(row)]  # fmt: skip
     if report.get("sync"):
         lines += _sync_rows(report)
+    if report.get("typed"):
+        lines += _typed_rows(report["typed"])
     if report.get("footprint"):
         lines += _footprint_rows(report["footprint"])
     if report.get("pypy"):
@@ -602,6 +654,7 @@ def main() -> int:
     parser.add_argument("--no-footprint", action="store_true")
     parser.add_argument("--no-compare", action="store_true", help="skip sepp-py comparisons")
     parser.add_argument("--no-sync", action="store_true", help="skip the blocking client's")
+    parser.add_argument("--no-typed", action="store_true", help="skip typed tasks vs raw")
     parser.add_argument(
         "--pypy-server", choices=["cpython", "pypy"], default="cpython",
         help="the interpreter of the server in the PyPy comparison",
@@ -638,6 +691,10 @@ def main() -> int:
                 python, workload, args.rounds, args.jobs
             )
             print(f"   sync / async {row['pair_ratio_median']:.2f}", flush=True)
+    if not args.no_typed:
+        print("== typed tasks", flush=True)
+        row = report["typed"] = typed_comparison(python, args.rounds, args.jobs)
+        print(f"   typed / raw {row['pair_ratio_median']:.2f}", flush=True)
     if not args.no_footprint:
         print("== footprint", flush=True)
         report["footprint"] = footprint(python, python)

@@ -118,10 +118,11 @@ def sync_enqueue1(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, flo
     return meter.result()
 
 
-async def _fill(sepp: Any, client: Any, queue: str, jobs: int) -> None:
+async def _fill(sepp: Any, client: Any, queue: str, jobs: int, payload: Any = None) -> None:
+    payload = payload or sepp.Payload(PAYLOAD, "raw")
     for start in range(0, jobs, 256):
         await client.enqueue_batch(
-            [sepp.EnqueueRequest(queue, "bench", payload=sepp.Payload(PAYLOAD, "raw"))
+            [sepp.EnqueueRequest(queue, "bench", payload=payload)
              for _ in range(min(256, jobs - start))]
         )  # fmt: skip
 
@@ -156,6 +157,63 @@ async def worker(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, floa
         if meter.done == jobs:
             handle.shutdown()
 
+    await asyncio.wait_for(worker_.run(), 600)
+    return meter.result()
+
+
+# The typed-task Worker against the raw one: both get this small dataclass's JSON, the
+# raw handler ignores it, the typed task's worker decodes and checks it into the class.
+WELCOME = b'{"to":"ada@example.com","name":"Ada Lovelace","attempt":1,"vip":false}'
+
+
+async def worker_json(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
+    """The raw Worker on the typed workload's payloads (no decoding)."""
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    await _fill(sepp, client, queue, jobs, sepp.Payload(WELCOME, "application/json"))
+    worker_ = sepp.Worker(client, [queue], timedelta(seconds=60), max_in_flight=64)
+    return await _run_worker(worker_, "bench", jobs, skip)
+
+
+async def typed_worker(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
+    """A ``sepp_lite.Tasks`` worker: each payload decoded into a small dataclass."""
+    from dataclasses import dataclass
+
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    await _fill(sepp, client, queue, jobs, sepp.Payload(WELCOME, "application/json"))
+
+    @dataclass
+    class Welcome:
+        to: str
+        name: str
+        attempt: int
+        vip: bool = False
+
+    tasks = sepp.Tasks(queue=queue)
+    meter = Meter(skip)
+    handle: list[Any] = []
+
+    async def bench(msg: Welcome, ctx: Any) -> None:
+        meter.tick()
+        if meter.done == jobs:
+            handle[0].shutdown()
+
+    tasks.task(input_type=Welcome)(bench)
+    worker_ = tasks.worker(client, lease_duration=60, max_in_flight=64)
+    handle.append(worker_.shutdown_handle())
+    await asyncio.wait_for(worker_.run(), 600)
+    return meter.result()
+
+
+async def _run_worker(worker_: Any, job_type: str, jobs: int, skip: int) -> dict[str, float]:
+    handle = worker_.shutdown_handle()
+    meter = Meter(skip)
+
+    async def noop(payload: Any, ctx: Any) -> None:
+        meter.tick()
+        if meter.done == jobs:
+            handle.shutdown()
+
+    worker_.handle(job_type, noop)
     await asyncio.wait_for(worker_.run(), 600)
     return meter.result()
 
@@ -203,6 +261,8 @@ WORKLOADS = {
     "reserve_ack": reserve_ack,
     "worker": worker,
     "small_call": small_call,
+    "worker_json": worker_json,
+    "typed_worker": typed_worker,
 }
 SYNC_WORKLOADS = {"enqueue1": sync_enqueue1}
 

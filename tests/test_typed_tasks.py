@@ -710,3 +710,74 @@ async def test_opentelemetry_spans_under_tasks(
         process = otel.span("sepp.process")
         enqueue = otel.span("sepp.enqueue")
     assert process.links and process.links[0].context.trace_id == enqueue.context.trace_id
+
+
+async def test_the_workers_own_cancellations_are_not_taken_for_timeouts(
+    server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    queue = unique_queue()
+    tasks = Tasks(queue=queue, timeout=60)
+    started = asyncio.Event()
+    cancelled: list[str] = []
+
+    @tasks.task
+    async def slow(msg: Welcome) -> None:
+        started.set()
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            cancelled.append(msg.to)
+            raise
+
+    # A bounded shutdown abandons the handler: its job is left to its lease, not nacked.
+    first = await slow.enqueue(client, Welcome("drained"))
+    worker = tasks.worker(client, shutdown_timeout=0.05)
+    run = asyncio.ensure_future(worker.run())
+    await asyncio.wait_for(started.wait(), 10)
+    worker.shutdown_handle().shutdown()
+    await asyncio.wait_for(run, 10)
+    view = server.state.job(first.job_id)
+    assert view is not None and view.state == "in_flight" and view.attempt == 1
+
+    # A hard stop (run() cancelled) propagates the cancellation and settles nothing.
+    started.clear()
+    second = await slow.enqueue(client, Welcome("stopped"))
+    run = asyncio.ensure_future(tasks.worker(client).run())
+    await asyncio.wait_for(started.wait(), 10)
+    run.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await run
+    view = server.state.job(second.job_id)
+    assert view is not None and view.state == "in_flight"
+    assert cancelled == ["drained", "stopped"]
+    assert await dead_letters(client, queue) == []
+    assert not [r for r in caplog.records if "timed out after" in r.getMessage()]
+
+
+def test_a_timeout_longer_than_the_lease_is_warned_about(caplog: pytest.LogCaptureFixture) -> None:
+    tasks = Tasks(queue="q")
+
+    @tasks.task(timeout=120)
+    async def long(msg: Welcome) -> None: ...
+
+    with caplog.at_level(logging.WARNING, logger="sepp_lite"):
+        tasks.worker(None, lease_duration=30)  # type: ignore[arg-type]
+        tasks.worker(None, lease_duration=30, auto_extend=True)  # type: ignore[arg-type]
+        tasks.worker(None, lease_duration=180)  # type: ignore[arg-type]
+    assert [record.getMessage() for record in caplog.records] == [
+        "task long: its timeout (120 s) is longer than the lease (30 s) and auto_extend is "
+        "off: a job still running when its lease expires is delivered again"
+    ]
+
+
+def test_import_sepp_lite_loads_tasks_only_on_first_use() -> None:
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, sepp_lite\n"
+        "assert 'sepp_lite.tasks' not in sys.modules\n"
+        "assert sepp_lite.Tasks.__module__ == 'sepp_lite.tasks._registry'\n"
+        "assert sepp_lite.Task.__module__ == 'sepp_lite.tasks._task'\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
