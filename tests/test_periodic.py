@@ -425,3 +425,36 @@ def test_misfired_says_whether_a_delivery_is_too_late() -> None:
     assert not scheduler.misfired(ctx_with(slot, attempt=2))  # a retry runs whenever
     assert not scheduler.misfired(ctx_with({}))  # not from a schedule
     assert not scheduler.misfired(ctx_with(slot, job_type="other"))
+
+
+async def test_cancelling_leaves_no_timer_and_no_call_behind() -> None:
+    queue = unique_queue()
+    clock = ManualClock(ms(START))
+    async with SeppTestServer(clock=clock) as server:
+        async with await SeppClient.connect(server.addr) as client:
+            job = PeriodicJob("tick", queue, every=60, lookahead=120)
+            scheduler = PeriodicScheduler(client, [job], clock=clock)
+            # Cancelled while it sleeps: its wake-up timer goes with it.
+            task = asyncio.ensure_future(scheduler.run())
+            await settled(scheduler, server)
+            assert clock.pending_timers() >= 1
+            before = clock.pending_timers()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            assert task.cancelled() and clock.pending_timers() == before - 1
+            assert scheduler.sleeping_until is None
+            # Cancelled while an enqueue is under way: the cancellation comes through.
+            arrived, release = asyncio.Event(), asyncio.Event()
+
+            async def hold() -> None:
+                arrived.set()
+                await release.wait()
+
+            server.before_call("EnqueueBatch", hold)
+            await server.advance(60)  # 12:01:30: the 12:03 slot comes within the look-ahead
+            again = asyncio.ensure_future(scheduler.run())
+            await asyncio.wait_for(arrived.wait(), 10)
+            again.cancel()
+            await asyncio.wait_for(asyncio.gather(again, return_exceptions=True), 10)
+            assert again.cancelled()
+            release.set()
