@@ -24,7 +24,6 @@ from sepp_lite._periodic import (
     PeriodicScheduler,
     SchedulerClock,
     periodic_slot,
-    slot_key,
 )
 from sepp_lite.testing import ManualClock, SeppTestServer
 from tests.client_helpers import unique_queue, until
@@ -335,11 +334,6 @@ def skipped_with_a_job(jobs: list[PeriodicJob], gap: tuple[datetime, datetime]) 
             if ms(gap[1]) - slot_ms >= job.grace_ms(slot_ms):
                 count += 1
     return count
-
-
-def test_slot_key_is_what_the_replicas_share() -> None:
-    # The replicas of the test above agree only through these keys.
-    assert slot_key("five-min", 0) == "periodic:five-min:1970-01-01T00:00:00Z"
 
 
 @pytest.mark.slow

@@ -71,15 +71,17 @@ def test_a_periodic_task_takes_the_ctx_or_nothing_and_a_valid_schedule() -> None
     assert len(tasks) == 0 and tasks.periodic_jobs == []
 
 
-def test_a_worker_refuses_a_schedule_the_dedup_window_cannot_keep() -> None:
+async def test_a_worker_refuses_a_schedule_the_dedup_window_cannot_keep(
+    client: SeppClient,
+) -> None:
     tasks = Tasks(queue="jobs")
 
     @tasks.periodic(every=60, lookahead=3600)
     async def sweep(ctx: JobCtx) -> None: ...
 
-    client = SeppClient.__new__(SeppClient)  # never used: the check comes first
     with pytest.raises(ValueError, match="beyond the dedup window"):
         tasks.worker(client, dedup_window=3600)
+    tasks.worker(client, dedup_window=3600 + 600 + 60)  # + the grace cap + the skew
 
 
 async def test_a_worker_whose_schedule_the_server_cannot_take_does_not_start() -> None:
