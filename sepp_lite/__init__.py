@@ -61,6 +61,7 @@ from sepp_lite.types import (
 
 if typing.TYPE_CHECKING:
     # What _LAZY below loads on first use, for type checkers.
+    from sepp_lite._periodic import PeriodicJob, PeriodicScheduler, periodic_slot
     from sepp_lite.errors import *  # noqa: F403
     from sepp_lite.shutdown import ShutdownHandle, shutdown_on_signals
     from sepp_lite.tasks import Task, Tasks
@@ -104,6 +105,8 @@ __all__ = [
     "OverloadedError",
     "Payload",
     "PayloadTooLarge",
+    "PeriodicJob",
+    "PeriodicScheduler",
     "Primitive",
     "Priority",
     "PriorityOutOfRangeError",
@@ -135,6 +138,7 @@ __all__ = [
     "UnknownRejection",
     "Worker",
     "__version__",
+    "periodic_slot",
     "shutdown_on_signals",
 ]
 
@@ -143,6 +147,9 @@ __all__ = [
 _LAZY = dict.fromkeys(("DuplicateHandlerError", "HandlerError", "Worker"), "sepp_lite.worker")
 _LAZY.update(dict.fromkeys(("ShutdownHandle", "shutdown_on_signals"), "sepp_lite.shutdown"))
 _LAZY.update(dict.fromkeys(("Task", "Tasks"), "sepp_lite.tasks"))
+_LAZY.update(
+    dict.fromkeys(("PeriodicJob", "PeriodicScheduler", "periodic_slot"), "sepp_lite._periodic")
+)
 _LAZY.update(dict.fromkeys(set(__all__) - set(globals()) - set(_LAZY), "sepp_lite.errors"))
 
 

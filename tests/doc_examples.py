@@ -21,6 +21,7 @@ queues of their own (``queues_of``, checked statically by the tests).
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import signal
@@ -253,6 +254,9 @@ def run_python(block: Block, env: Env) -> None:
         # The suite also runs without the otel extra (.ci/run): there the block must
         # stop at its first OpenTelemetry import and nowhere else.
         run(block, env, [sys.executable, name], 1, "No module named 'opentelemetry")
+    elif "cron=" in block.text and importlib.util.find_spec("cronsim") is None:
+        # Likewise without the cron extra: the first cron= schedule says what is missing.
+        run(block, env, [sys.executable, name], 1, "need the cron extra")
     else:
         run(block, env, [sys.executable, name])
 

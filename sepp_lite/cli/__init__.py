@@ -2,7 +2,8 @@
 
 Subcommands: ``serve`` (the in-process server of :mod:`sepp_lite.testing`), ``info``,
 ``enqueue`` (one job, or many from JSON lines), ``worker MODULE:OBJECT``,
-``drain-dead-letters``, ``requeue-dead-letters`` and ``demo``.
+``periodic MODULE:OBJECT`` (a Tasks registry's schedules), ``drain-dead-letters``,
+``requeue-dead-letters`` and ``demo``.
 
 Exit status: 0 on success; 1 when the server answered and refused (a rejected job, a
 wrong API key, an invalid request), a worker was stopped hard, the drain could not
@@ -34,7 +35,7 @@ from collections.abc import Iterator, Sequence
 from typing import NoReturn, Optional
 
 from sepp_lite._version import __version__
-from sepp_lite.cli import demo, drain, enqueue, info, requeue, serve, worker
+from sepp_lite.cli import demo, drain, enqueue, info, periodic, requeue, serve, worker
 from sepp_lite.cli.common import (
     CONNECTION_OPTIONS,
     EXIT_OK,
@@ -121,6 +122,7 @@ def build_parser() -> _Parser:
     info.add_parser(commands, client_parents)
     enqueue.add_parser(commands, client_parents)
     worker.add_parser(commands, client_parents)
+    periodic.add_parser(commands, [_debug_parent()])
     drain.add_parser(commands, client_parents)
     requeue.add_parser(commands, client_parents)
     demo.add_parser(commands, [connection_parent(embedded_default=True), _debug_parent()])

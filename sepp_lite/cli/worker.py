@@ -96,6 +96,12 @@ def _add_tasks_options(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         help="jobs handled at once: the worker's max_in_flight (default 16)",
     )
+    group.add_argument(
+        "--no-periodic",
+        dest="periodic",
+        action="store_false",
+        help="do not enqueue the slots of periodic tasks (a pool that only consumes)",
+    )
 
 
 def _processes_arg(text: str) -> int:
@@ -187,15 +193,18 @@ async def build_worker(
     *,
     queues: Optional[list[str]] = None,
     concurrency: Optional[int] = None,
+    periodic: bool = True,
 ) -> Worker:
     """The Worker ``target`` gives: itself, or what the factory returns (awaited when
     it is a coroutine), called with ``await make_client()`` when it takes an argument;
     for a ``Tasks`` (or a factory returning one), its worker on ``await make_client()``
     for ``queues`` with ``max_in_flight=concurrency``, which only such a worker takes."""
     if _is_tasks(target):
-        return await _tasks_worker(target, spec, make_client, queues, concurrency)
+        return await _tasks_worker(target, spec, make_client, queues, concurrency, periodic)
     if queues is not None or concurrency is not None:
         raise CliError("--queues and --concurrency go with a sepp_lite.Tasks target")
+    if not periodic:
+        raise CliError("--no-periodic goes with a sepp_lite.Tasks target")
     if isinstance(target, Worker):
         return target
     if not callable(target):
@@ -268,10 +277,13 @@ async def _tasks_worker(
     make_client: Callable[[], Awaitable[SeppClient]],
     queues: Optional[list[str]],
     concurrency: Optional[int],
+    periodic: bool = True,
 ) -> Worker:
     if not len(tasks):
         raise CliError(f"{spec} has no tasks")
-    options = {} if concurrency is None else {"max_in_flight": concurrency}
+    options: dict[str, Any] = {} if concurrency is None else {"max_in_flight": concurrency}
+    if not periodic:
+        options["periodic"] = False
     unknown = [queue for queue in queues or () if queue not in tasks.queues]
     if unknown:  # checked before connecting
         raise CliError(
@@ -324,6 +336,7 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
             wait,
             queues=args.queues,
             concurrency=args.concurrency,
+            periodic=args.periodic,
         )
         if args.wait_for_server is not None:
             worker.wait_for_server = args.wait_for_server

@@ -8,11 +8,20 @@ import inspect
 import types
 import typing
 from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
+from datetime import tzinfo
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union, overload
 
 from sepp_lite import _otel, _validate
+from sepp_lite._periodic import (
+    DEFAULT_DEDUP_WINDOW,
+    DEFAULT_LOOKAHEAD,
+    PeriodicJob,
+    PeriodicScheduler,
+    SchedulerClock,
+)
 from sepp_lite._time import Duration, as_timedelta
-from sepp_lite.tasks._codecs import Codec, CodecFactory, codec_for
+from sepp_lite.tasks._codecs import BytesCodec, Codec, CodecFactory, codec_for
+from sepp_lite.tasks._periodic import schedule_of, scheduler_beside, task_function
 from sepp_lite.tasks._task import Middleware, Options, Retry, Task
 from sepp_lite.types import JobCtx, Priority
 from sepp_lite.worker import DuplicateHandlerError, Worker
@@ -73,6 +82,7 @@ class Tasks:
         self._startup: list[Hook] = []
         self._shutdown: list[Hook] = []
         self._lifespans: list[Lifespan] = []
+        self._periodic: dict[str, PeriodicJob] = {}
         self._running = 0
         self._stack: Optional[contextlib.AsyncExitStack] = None
         self.state = State()
@@ -153,6 +163,48 @@ class Tasks:
             return default
         return codec_for(tp, default)
 
+    def periodic(
+        self,
+        *,
+        every: Optional[Duration] = None,
+        cron: Optional[str] = None,
+        tz: Union[str, tzinfo, None] = None,
+        lookahead: Duration = DEFAULT_LOOKAHEAD,
+        misfire_grace: Optional[Duration] = None,
+        **options: Any,
+    ) -> Callable[[Callable[..., Awaitable[Any]]], Task[bytes]]:
+        """Register an ``async def fn(ctx)`` (or ``fn()``) to run once per slot of a
+        schedule: ``every=`` (``timedelta`` or seconds, whole seconds; slots counted from
+        the Unix epoch in UTC) or ``cron=`` (5 fields, in ``tz``; the ``cron`` extra).
+        Every worker of these tasks keeps the next slots enqueued (``lookahead``, 10 min
+        by default), each under its own idempotency key, so the server runs each slot
+        once however many workers there are; a slot more than ``misfire_grace`` late
+        is skipped. The other options are :meth:`task`'s (``job_type``, ``queue``,
+        ``priority``, ``max_attempts``, ``timeout``, ``retry``). README.md's "Periodic
+        jobs" says what this guarantees and needs. A decorator."""
+        schedule: dict[str, Any] = {"every": every, "cron": cron, "tz": tz}
+        schedule.update(lookahead=lookahead, misfire_grace=misfire_grace)
+
+        def register(fn: Callable[..., Awaitable[Any]]) -> Task[bytes]:
+            rest = {key: value for key, value in options.items() if key != "job_type"}
+            name = options.get("job_type") or fn.__name__
+            task: Task[bytes] = self._register(
+                task_function(fn), job_type=name, input_type=bytes, codec=BytesCodec(), **rest
+            )
+            try:
+                self._periodic[name] = schedule_of(task, **schedule)
+            except BaseException:
+                del self._tasks[name]  # a schedule that cannot be is no task either
+                raise
+            return task
+
+        return register
+
+    @property
+    def periodic_jobs(self) -> list[PeriodicJob]:
+        """The schedules of the periodic tasks, in the order they were registered."""
+        return list(self._periodic.values())
+
     def middleware(self, mw: Middleware) -> Middleware:
         """Wrap every call of every task: ``async def mw(call_next, input, ctx)``
         returning ``await call_next(input, ctx)`` (or raising). The first registered is
@@ -216,13 +268,22 @@ class Tasks:
         *,
         queues: Optional[Iterable[str]] = None,
         lease_duration: Duration = _DEFAULT_LEASE_S,
+        periodic: bool = True,
+        dedup_window: Duration = DEFAULT_DEDUP_WINDOW,
+        periodic_clock: Optional[SchedulerClock] = None,
         **options: Any,
     ) -> TaskWorker:
         """A :class:`~sepp_lite.Worker` (the subclass :class:`TaskWorker`) on ``client``
         for every task of ``queues`` (default: all of the tasks' queues). Its ``run()``
         runs the start-up hooks and the lifespan first and the shutdown hooks last.
         ``options`` are the Worker's (``max_in_flight``, ``auto_extend``, ...);
-        ``lease_duration`` defaults to 30 s. ``ValueError`` for a queue no task uses."""
+        ``lease_duration`` defaults to 30 s. ``ValueError`` for a queue no task uses.
+
+        The worker also keeps the slots of the :meth:`periodic` tasks of its queues
+        enqueued, unless ``periodic=False`` (a pool that only consumes); it still skips
+        their misfired slots. ``dedup_window`` is the server's (24 h by default): a
+        look-ahead plus grace beyond it raises ``ValueError`` here. ``periodic_clock``
+        is for tests: the in-process server's manual clock."""
         chosen = self.queues if queues is None else list(queues)
         unknown = [queue for queue in chosen if queue not in self.queues]
         if unknown:
@@ -231,10 +292,20 @@ class Tasks:
                 f"{', '.join(self.queues) or 'none'})"
             )
         lease = as_timedelta(lease_duration, "lease_duration", positive=True)
+        scheduler = PeriodicScheduler(
+            client,
+            [job for job in self._periodic.values() if job.queue in chosen],
+            dedup_window=dedup_window,
+            clock=periodic_clock,
+        )
         worker = TaskWorker(self, client, chosen, lease, **options)
+        worker.scheduler = scheduler if periodic else None
         for task in self._tasks.values():
             if task.queue in chosen:
-                worker.handle(task.job_type, task.handler(self._middleware))
+                handler = task.handler(self._middleware)
+                if task.job_type in self._periodic:
+                    handler = scheduler.guard(handler)
+                worker.handle(task.job_type, handler)
                 _warn_if_outlived(task, lease.total_seconds(), options)
         return worker
 
@@ -279,6 +350,7 @@ class TaskWorker(Worker):
     def __init__(self, tasks: Tasks, client: SeppClient, queues: list[str], *a: Any, **k: Any):
         super().__init__(client, queues, *a, **k)
         self.tasks = tasks
+        self.scheduler: Optional[PeriodicScheduler] = None  # set by Tasks.worker
 
     @property
     def job_types(self) -> list[str]:
@@ -298,7 +370,8 @@ class TaskWorker(Worker):
                 ", ".join(self.job_types) or "(none)",
                 ", ".join(self.queues),
             )
-            await super().run(until_idle=until_idle)
+            async with scheduler_beside(self.scheduler):
+                await super().run(until_idle=until_idle)
 
 
 def _checked(
