@@ -425,7 +425,7 @@ def _workload_rows(report: dict[str, Any]) -> list[str]:
                 f"{row['sepp_cpu_us']:.1f}",
                 f"{row['pair_ratio_median']:.2f}×",
                 f"{row['ratio_of_medians']:.2f}×",
-                f"≤ {goal:.1f}×" if goal else "—",
+                f"≤ {goal:g}×" if goal else "—",
                 f"{row['server_cpu_share']:.2f}",
             )
         )
