@@ -210,7 +210,7 @@ class Coalescer:
             self._release_room()
             return
         batch = entry.batch
-        if batch is not None:
+        if batch is not None and entry.future.cancelled():  # else it was counted out
             self._member_gone(batch)
 
     def _member_gone(self, batch: _Batch) -> None:
@@ -418,8 +418,14 @@ class Coalescer:
 
     async def close(self) -> None:
         """Wait for the batches in flight (the transport is closed, so they end now)."""
-        while self._tasks:
-            await asyncio.gather(*list(self._tasks), return_exceptions=True)
+        while True:
+            # A task cancelled before its first step (at loop shutdown) never ran the
+            # part that removes it from the set.
+            tasks = [task for task in self._tasks if not task.done()]
+            if not tasks:
+                break
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
 
 
 def _answer(entries: list[_Entry], data: bytes) -> None:

@@ -371,6 +371,30 @@ async def test_waiting_calls_are_bounded_and_so_are_the_batches_in_flight(
     assert gate.calls >= 1 + 40 // 8
 
 
+@pytest.mark.connect_only  # from_channel takes no coalescing options
+async def test_a_caller_cancelled_while_it_waits_for_room_is_never_sent(
+    server: SeppTestServer,
+) -> None:
+    gate = gated(server, hold=lambda number: number == 1)
+    queue = unique_queue()
+    options = {"max_enqueues_waiting": 1, "max_enqueue_batches_in_flight": 1}
+    async with await SeppClient.connect(server.addr, **options) as client:
+        first, second = spawn([client.enqueue(EnqueueRequest(queue, t)) for t in "ab"])
+        await until(lambda: gate.held == 1 and client.enqueues_waiting == 1)
+        third, fourth = spawn([client.enqueue(EnqueueRequest(queue, t)) for t in "cd"])
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert client.enqueues_waiting == 1  # "c" and "d" wait for room
+        third.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await third
+        gate.open()
+        await asyncio.gather(first, second, fourth)
+        by_id = await job_types_by_id(client, queue, 4)
+    assert sorted(by_id.values()) == ["a", "b", "d"]
+    assert gate.calls == 3  # "a" alone, then "b", then "d": one waiting call at a time
+
+
 # -- the blocking client --------------------------------------------------------------------
 
 
