@@ -16,6 +16,7 @@ import asyncio
 import importlib
 import json
 import statistics
+import threading
 import time
 import uuid
 from datetime import timedelta
@@ -91,6 +92,91 @@ async def concurrent_enqueue(sepp: Any, client: Any, jobs: int, skip: int) -> di
     return meter.result()
 
 
+async def concurrent_enqueue64(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
+    """64 callers (a web app's requests), each enqueueing one job per call."""
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    per_caller = max(1, jobs // 64)
+    requests = [[request(sepp, queue, i) for i in range(per_caller)] for _ in range(64)]
+    await client.enqueue(request(sepp, queue, 0))
+    meter = Meter(skip)
+
+    async def caller(items: list[Any]) -> None:
+        for item in items:
+            await client.enqueue(item)
+            meter.tick()
+
+    await asyncio.gather(*(caller(items) for items in requests))
+    return meter.result()
+
+
+def plain_request(sepp: Any, queue: str) -> Any:
+    return sepp.EnqueueRequest(queue, "bench", payload=sepp.Payload(PAYLOAD, "raw"))
+
+
+async def batch_plain(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
+    """enqueue_batch of 256 jobs with a 256-byte payload and nothing else."""
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    batches = [[plain_request(sepp, queue) for _ in range(256)] for _ in range(max(1, jobs // 256))]
+    await client.enqueue_batch(batches[0])  # warm-up
+    meter = Meter(skip)
+    for jobs_ in batches[1:]:
+        await client.enqueue_batch(jobs_)
+        meter.tick(256)
+    return meter.result()
+
+
+THREADS = 8
+
+
+def _per_thread(sepp: Any, jobs: int) -> list[list[Any]]:
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    per_thread = max(1, jobs // THREADS)
+    return [[request(sepp, queue, i) for i in range(per_thread)] for _ in range(THREADS)]
+
+
+def _run_threads(target: Any, work: list[list[Any]]) -> None:
+    threads = [threading.Thread(target=target, args=(items,)) for items in work]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
+async def threads8(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
+    """8 threads, each enqueueing one job per call through an async client on the
+    main thread's loop (``run_coroutine_threadsafe``): how a sepp-py user calls it
+    from threaded code."""
+    loop = asyncio.get_running_loop()
+    work = _per_thread(sepp, jobs)
+    await client.enqueue(work[0][0])
+    meter, lock = Meter(skip), threading.Lock()
+
+    def caller(items: list[Any]) -> None:
+        for item in items:
+            asyncio.run_coroutine_threadsafe(client.enqueue(item), loop).result()
+            with lock:
+                meter.tick()
+
+    await loop.run_in_executor(None, _run_threads, caller, work)
+    return meter.result()
+
+
+def sync_threads8(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
+    """``threads8`` with the blocking client: each thread calls it directly."""
+    work = _per_thread(sepp, jobs)
+    client.enqueue(work[0][0])
+    meter, lock = Meter(skip), threading.Lock()
+
+    def caller(items: list[Any]) -> None:
+        for item in items:
+            client.enqueue(item)
+            with lock:
+                meter.tick()
+
+    _run_threads(caller, work)
+    return meter.result()
+
+
 def _single_jobs(sepp: Any, jobs: int) -> list[Any]:
     queue = f"bench-{uuid.uuid4().hex[:8]}"
     return [request(sepp, queue, i) for i in range(jobs + 1)]
@@ -100,11 +186,16 @@ async def enqueue1(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, fl
     """One job per call, one call at a time (what a web view does)."""
     first, *rest = _single_jobs(sepp, jobs)
     await client.enqueue(first)  # warm-up
+    latencies = []
     meter = Meter(skip)
     for item in rest:
+        start = time.perf_counter()
         await client.enqueue(item)
+        latencies.append((time.perf_counter() - start) * 1e6)
         meter.tick()
-    return meter.result()
+    result = meter.result()
+    result["p50_us"] = statistics.median(latencies[skip:] or latencies)
+    return result
 
 
 def sync_enqueue1(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
@@ -258,13 +349,16 @@ WORKLOADS = {
     "batch": batch,
     "enqueue1": enqueue1,
     "enqueue16": concurrent_enqueue,
+    "enqueue64": concurrent_enqueue64,
+    "batch_plain": batch_plain,
+    "threads8": threads8,
     "reserve_ack": reserve_ack,
     "worker": worker,
     "small_call": small_call,
     "worker_json": worker_json,
     "typed_worker": typed_worker,
 }
-SYNC_WORKLOADS = {"enqueue1": sync_enqueue1}
+SYNC_WORKLOADS = {"enqueue1": sync_enqueue1, "threads8": sync_threads8}
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:

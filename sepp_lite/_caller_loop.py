@@ -43,7 +43,17 @@ _CLOSE_TIMEOUT_S = 10.0
 class _Call(Generic[T]):
     """One blocking call: its coroutine, its task, its outcome."""
 
-    __slots__ = ("cancelled", "coro", "error", "finished", "interrupted", "result", "task")
+    __slots__ = (
+        "cancelled",
+        "coro",
+        "error",
+        "finished",
+        "interrupted",
+        "result",
+        "task",
+        "waiter",
+        "woken",
+    )
 
     def __init__(self, coro: Coroutine[Any, Any, T]) -> None:
         self.coro = coro
@@ -53,6 +63,12 @@ class _Call(Generic[T]):
         self.interrupted = False  # by Ctrl-C
         self.result: Optional[T] = None
         self.error: Optional[BaseException] = None
+        # A following thread blocks on a lock of its own, which is released (once:
+        # ``woken``) when its call ends or when it may drive next. With one shared
+        # condition every call's end woke every waiting thread, and each woken thread
+        # then waited again for the loop's lock, which the waker still held.
+        self.waiter: Any = None  # a threading.Lock
+        self.woken = False
 
 
 class CallerLoop:
@@ -61,7 +77,9 @@ class CallerLoop:
 
     def __init__(self, name: str, tick_s: float) -> None:
         self.loop = asyncio.new_event_loop()
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)  # the driver left (for closing)
+        self._followers: list[_Call[Any]] = []  # calls whose threads wait in _follow
         self._driving = False  # some thread is inside loop.run_forever()
         self._stop_for: Optional[_Call[Any]] = None  # the driver's call: its end stops the loop
         self._closing = False
@@ -107,29 +125,58 @@ class CallerLoop:
 
     def _follow(self, call: _Call[Any]) -> None:
         """Hand ``call`` to the driving thread, wait, and drive if it leaves first."""
+        waiter = threading.Lock()
+        waiter.acquire()
+        with self._cond:
+            call.waiter = waiter
+            self._followers.append(call)
         try:
             self.loop.call_soon_threadsafe(self._start, call)
         except RuntimeError:  # the loop is closed
+            self._unfollow(call)
             call.coro.close()
             raise RuntimeError("the event loop is closed") from None
-        cond = self._cond
-        driving = False
         try:
-            with cond:
-                while self._driving and not call.finished:
-                    cond.wait()
+            while not self._woken_to_drive(call):
                 if call.finished:
                     return
-                if self.loop.is_closed():
-                    raise RuntimeError("the event loop was closed before the call ended")
-                self._driving = driving = True
-                self._stop_for = call
+                waiter.acquire()
+                if call.finished:  # set before the release: no need for the loop's lock
+                    return
         except BaseException:  # Ctrl-C while waiting
-            if driving:
-                self._leave()
+            self._unfollow(call)
             self._cancel_soon(call)
             raise
         self._drive(call)
+
+    def _woken_to_drive(self, call: _Call[Any]) -> bool:
+        """Whether ``call``'s thread has just taken the driving role; else it waits
+        again (after its next release)."""
+        with self._cond:
+            if call.finished:
+                return False
+            if self._driving:
+                if call.woken:  # released for nothing (another thread took over): re-arm
+                    call.waiter.acquire(False)  # the release not waited for yet, if any
+                    call.woken = False
+                return False
+            self._followers.remove(call)
+            if self.loop.is_closed():
+                raise RuntimeError("the event loop was closed before the call ended")
+            self._driving = True
+            self._stop_for = call
+            return True
+
+    def _unfollow(self, call: _Call[Any]) -> None:
+        with self._cond:
+            if call in self._followers:
+                self._followers.remove(call)
+
+    def _wake(self, call: _Call[Any]) -> None:
+        # Under the loop's lock.
+        if not call.woken:
+            call.woken = True
+            call.waiter.release()
 
     def _start(self, call: _Call[Any]) -> None:
         if call.cancelled:
@@ -154,8 +201,9 @@ class CallerLoop:
             call.finished = True
             if self._stop_for is call:
                 self.loop.stop()  # after this iteration: the driver's call is done
-            else:
-                self._cond.notify_all()
+            elif call in self._followers:
+                self._followers.remove(call)
+                self._wake(call)
 
     def _cancel(self, call: _Call[Any]) -> None:
         call.cancelled = True
@@ -219,6 +267,8 @@ class CallerLoop:
             self._driving = False
             self._stop_for = None
             self._last_driven = time.monotonic()
+            if self._followers:  # the first of them drives next
+                self._wake(self._followers[0])
             self._cond.notify_all()
 
     def _keep(self, tick_s: float) -> None:

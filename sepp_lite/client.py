@@ -8,13 +8,14 @@ hands out jobs bound to a :class:`Lease`; ``ack``/``nack``/``extend`` settle or 
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import ssl
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Optional
 
-from sepp_lite import _codec, _otel, _validate, errors
+from sepp_lite import _coalesce, _codec, _otel, _validate, errors
 from sepp_lite._codec.dead_letters import (
     decode_drain_dead_letters_response,
     encode_drain_dead_letters_request,
@@ -74,6 +75,9 @@ _DEFAULT_RPC_TIMEOUT = timedelta(seconds=30)
 # A reserve's deadline is its long-poll wait plus this much, so the client never gives
 # up before the server's own wait window ends.
 _RESERVE_SLACK_S = 10.0
+# An enqueue() of a job with a larger payload goes out in a call of its own even while
+# others share calls: it saves little, and the size limits stay those of a lone call.
+_LARGE_JOB_BYTES = 1024 * 1024
 
 assert _codec  # the package docstring documents the codec's layout
 
@@ -95,7 +99,11 @@ class SeppClient:
         *,
         max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE,
         check_payload_limit: bool = True,
+        coalesce_enqueues: bool | None = None,
+        max_enqueue_batches_in_flight: int = _coalesce.DEFAULT_MAX_IN_FLIGHT,
+        max_enqueues_waiting: int = _coalesce.DEFAULT_MAX_WAITING,
     ) -> None:
+        _coalesce.check_options(max_enqueue_batches_in_flight, max_enqueues_waiting)
         self._rpc_timeout = as_timedelta(rpc_timeout, "rpc_timeout", positive=True).total_seconds()
         self._retry_policy = retry_policy or RetryPolicy()
         metadata = tuple((str(key), str(value)) for key, value in (auth_metadata or ()))
@@ -118,6 +126,15 @@ class SeppClient:
             self._auth = bool(metadata)
         self._server_info: ServerInfo | None = None
         self._check_payload_limit = check_payload_limit
+        self._coalescer: _coalesce.Coalescer | None = None
+        if _coalescing(coalesce_enqueues):
+            self._coalescer = _coalesce.Coalescer(
+                self._transport,
+                self._retry_policy,
+                self._rpc_timeout,
+                max_in_flight=max_enqueue_batches_in_flight,
+                max_waiting=max_enqueues_waiting,
+            )
 
     @classmethod
     async def connect(
@@ -136,6 +153,9 @@ class SeppClient:
         keepalive_time: Duration = 30.0,
         keepalive_timeout: Duration = 10.0,
         check_payload_limit: bool = True,
+        coalesce_enqueues: bool | None = None,
+        max_enqueue_batches_in_flight: int = _coalesce.DEFAULT_MAX_IN_FLIGHT,
+        max_enqueues_waiting: int = _coalesce.DEFAULT_MAX_WAITING,
     ) -> SeppClient:
         """Connect to the server at ``addr`` and return a ready client.
 
@@ -156,6 +176,12 @@ class SeppClient:
         value is the server's global default, so pass ``check_payload_limit=False`` if
         some queue is configured to accept more.
 
+        ``coalesce_enqueues`` (on unless the environment sets ``SEPP_LITE_COALESCE=0``)
+        lets concurrent :meth:`enqueue` calls share EnqueueBatch calls: see
+        :meth:`enqueue`. At most ``max_enqueue_batches_in_flight`` such shared calls are
+        in flight at once, and at most ``max_enqueues_waiting`` calls wait to be sent;
+        further callers wait for room.
+
         Raises :class:`~sepp_lite.errors.ConnectError` when the server cannot be
         reached within ``connect_timeout``, and
         :class:`~sepp_lite.errors.InvalidApiKeyError` for a key that cannot be a
@@ -163,6 +189,8 @@ class SeppClient:
         """
         target = parse_address(addr)
         as_timedelta(rpc_timeout, "rpc_timeout", positive=True)  # checked before connecting
+        _coalesce.check_options(max_enqueue_batches_in_flight, max_enqueues_waiting)
+        _coalescing(coalesce_enqueues)
         metadata = bearer_metadata(api_key)
         use_tls = bool(tls or target.tls or tls_ca_cert or tls_domain or credentials)
         if metadata and not use_tls:
@@ -196,6 +224,9 @@ class SeppClient:
             retry_policy,
             rpc_timeout=rpc_timeout,
             check_payload_limit=check_payload_limit,
+            coalesce_enqueues=coalesce_enqueues,
+            max_enqueue_batches_in_flight=max_enqueue_batches_in_flight,
+            max_enqueues_waiting=max_enqueues_waiting,
         )
 
     @classmethod
@@ -213,6 +244,8 @@ class SeppClient:
     async def close(self) -> None:
         """Close the connection; calls made afterwards raise ``RuntimeError``."""
         await self._transport.close()
+        if self._coalescer is not None:
+            await self._coalescer.close()
 
     async def __aenter__(self) -> SeppClient:
         return self
@@ -230,6 +263,13 @@ class SeppClient:
         :meth:`connect`, one more after each reconnect (a lost connection, a server's
         GOAWAY)."""
         return self._transport.connections_opened
+
+    @property
+    def enqueues_waiting(self) -> int:
+        """How many :meth:`enqueue` calls wait to share a call to the server (never
+        more than ``max_enqueues_waiting``); 0 without coalescing."""
+        coalescer = self._coalescer
+        return coalescer.waiting if coalescer is not None else 0
 
     @property
     def server_info(self) -> ServerInfo | None:
@@ -316,11 +356,54 @@ class SeppClient:
 
     async def enqueue(self, job: EnqueueRequest) -> EnqueueAck:
         """Enqueue one job; raise :class:`~sepp_lite.errors.JobRejectedError` when the
-        server refuses it, or would (otherwise as :meth:`enqueue_batch`)."""
-        result = (await self.enqueue_batch([job]))[0]
+        server refuses it, or would (otherwise as :meth:`enqueue_batch`).
+
+        With coalescing on (see :meth:`connect`), a call made while another enqueue
+        call of this client is in flight waits for it and then goes out in one
+        EnqueueBatch call with the others that waited; a call made while none is in
+        flight goes out at once. Each caller still gets its own ack or rejection, its
+        own deadline, retries and span; a call cancelled before its batch is sent is
+        never sent, and one cancelled after may still be enqueued (as a call cancelled
+        after it went out). README.md's "Many producers" section has the details."""
+        coalescer = self._coalescer
+        if coalescer is None:
+            result = (await self.enqueue_batch([job]))[0]
+        elif coalescer.idle:
+            result = await self._enqueue_alone(job, coalescer)
+        else:
+            result = await self._enqueue_coalesced(job, coalescer)
         if not isinstance(result, EnqueueAck):
             raise errors.JobRejectedError(result)
         return result
+
+    async def _enqueue_alone(
+        self, job: EnqueueRequest, coalescer: _coalesce.Coalescer
+    ) -> EnqueueAck | errors.JobRejection:
+        """One job sent at once in a call of its own; calls made meanwhile wait for it."""
+        coalescer.alone_started()
+        try:
+            return (await self.enqueue_batch([job]))[0]
+        finally:
+            coalescer.alone_ended()
+
+    async def _enqueue_coalesced(
+        self, job: EnqueueRequest, coalescer: _coalesce.Coalescer
+    ) -> EnqueueAck | errors.JobRejection:
+        """One job that shares an EnqueueBatch call (see ``_coalesce``), checked and
+        encoded as :meth:`enqueue_batch` would, in this call's own span."""
+        deadline_at = asyncio.get_running_loop().time() + self._rpc_timeout
+        batch, refused = self._checked_batch([job])
+        payload = batch[0].payload
+        if payload is not None and len(payload.data) > _LARGE_JOB_BYTES:
+            return await self._enqueue_alone(job, coalescer)  # gains nothing from sharing
+        with _otel.client_span("sepp.enqueue", {"sepp.batch_size": 1}):
+            if refused:
+                return refused[0]
+            return await coalescer.enqueue(
+                lambda: encode_enqueue_batch_request(batch, _injected_trace()),
+                bool(job.idempotency_key),
+                deadline_at,
+            )
 
     async def enqueue_atomic(self, jobs: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue all jobs or none: on success one ack per job, in order; if any job is
@@ -463,8 +546,10 @@ class SeppClient:
         answer."""
         with _otel.client_span("sepp.get_server_info"):
             data = await self._rpc("GetServerInfo", b"")
-        self._server_info = decode_get_server_info_response(data)
-        return self._server_info
+        info = self._server_info = decode_get_server_info_response(data)
+        if self._coalescer is not None:
+            self._coalescer.batch_jobs = max(1, info.max_enqueue_batch)
+        return info
 
     async def drain_dead_letters(
         self, queue: str | None = None, max_records: int = 1
@@ -488,6 +573,16 @@ class SeppClient:
             logger.warning("skipping malformed dead-letter record: %s", problem)
         _warn_non_uuid_records(records)
         return records
+
+
+def _coalescing(option: object) -> bool:
+    """``coalesce_enqueues``: ``None`` means the environment's ``SEPP_LITE_COALESCE``
+    (off only for ``0``), so a whole program or test suite can turn it off."""
+    if option is None:
+        return os.environ.get("SEPP_LITE_COALESCE", "1").strip() != "0"
+    if not isinstance(option, bool):
+        raise ValueError(f"coalesce_enqueues must be a bool or None, got {option!r}")
+    return option
 
 
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")

@@ -31,6 +31,7 @@ from typing import Any, Optional
 
 from sepp_lite import errors
 from sepp_lite._caller_loop import CallerLoop
+from sepp_lite._coalesce import DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_WAITING
 from sepp_lite._time import Duration, as_timedelta
 from sepp_lite.client import SeppClient as AsyncSeppClient
 from sepp_lite.types import (
@@ -157,6 +158,9 @@ class SeppClient:
         keepalive_time: Duration = 30.0,
         keepalive_timeout: Duration = 10.0,
         check_payload_limit: bool = True,
+        coalesce_enqueues: bool | None = None,
+        max_enqueue_batches_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_enqueues_waiting: int = DEFAULT_MAX_WAITING,
     ) -> SeppClient:
         """Connect to the server at ``addr`` and return a ready client. The arguments,
         their defaults and the errors are those of :meth:`sepp_lite.SeppClient.connect`
@@ -230,6 +234,13 @@ class SeppClient:
 
     def __repr__(self) -> str:
         return f"sepp_lite.sync.SeppClient({self._addr!r})"
+
+    @property
+    def enqueues_waiting(self) -> int:
+        """How many :meth:`enqueue` calls, from all threads, wait to share a call to
+        the server; see :attr:`sepp_lite.SeppClient.enqueues_waiting`."""
+        conn = self._conn if self._pid == os.getpid() else None
+        return conn.client.enqueues_waiting if conn is not None else 0
 
     @property
     def server_info(self) -> ServerInfo | None:

@@ -86,6 +86,24 @@ def test_many_threads_at_once_all_finish(portal: CallerLoop) -> None:
     assert results == list(range(200))
 
 
+def test_calls_ending_in_any_order_each_wake_their_own_thread(portal: CallerLoop) -> None:
+    # Durations differ, so calls end out of order and the driving role moves often:
+    # every thread must get its own result, and none may wait for a wake-up lost in a
+    # hand-over.
+    async def after(n: int) -> tuple[int, int]:
+        await asyncio.sleep((n * 7 % 5) / 2000)
+        return n, threading.get_ident()
+
+    def call(n: int) -> tuple[int, int, int]:
+        got, ran_in = portal.run(after(n))
+        return got, ran_in, threading.get_ident()
+
+    with ThreadPoolExecutor(16) as pool:
+        results = list(pool.map(call, range(800), timeout=60))
+    assert [got for got, _, _ in results] == list(range(800))
+    assert len({ran_in for _, ran_in, _ in results}) > 1  # more than one thread drove
+
+
 def test_errors_reach_the_caller(portal: CallerLoop) -> None:
     async def fail() -> None:
         raise ValueError("boom")

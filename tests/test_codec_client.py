@@ -599,6 +599,40 @@ def test_enqueue_batch_response_decodes_every_outcome(outcomes: list[s.BatchOutc
     )
 
 
+def _success(*fields: bytes) -> bytes:
+    return wire_edit.len_field(1, wire_edit.len_field(1, b"".join(fields)))
+
+
+def _dedup(value: int) -> bytes:
+    return wire_edit.tag(2, 0) + wire_edit.uvarint(value)
+
+
+@pytest.mark.parametrize(
+    ("result", "expected"),
+    [
+        # The shapes the short path reads, and the ones next to them it leaves alone.
+        (_success(wire_edit.len_field(1, b"id-1")), EnqueueAck("id-1", False)),
+        (_success(wire_edit.len_field(1, b"id-2"), _dedup(1)), EnqueueAck("id-2", True)),
+        (_success(wire_edit.len_field(1, b"id-3"), _dedup(0)), EnqueueAck("id-3", False)),
+        (_success(wire_edit.len_field(1, b"id-4"), _dedup(2)), EnqueueAck("id-4", True)),
+        (_success(wire_edit.len_field(1, b"id\x10\x01")), EnqueueAck("id\x10\x01", False)),
+        (_success(_dedup(1), wire_edit.len_field(1, b"id-5")), EnqueueAck("id-5", True)),
+        (
+            _success(wire_edit.len_field(1, b"x"), wire_edit.len_field(1, b"id-6")),
+            EnqueueAck("id-6", False),
+        ),
+        (_success(wire_edit.len_field(1, b"id-7"), _dedup(300)), EnqueueAck("id-7", True)),
+        (_success(wire_edit.len_field(1, b"i" * 125)), EnqueueAck("i" * 125, False)),
+        (_success(wire_edit.len_field(1, b"i" * 200), _dedup(1)), EnqueueAck("i" * 200, True)),
+        (_success(), EnqueueAck("", False)),
+    ],
+)
+def test_enqueue_results_read_the_same_on_the_short_path_and_off_it(
+    result: bytes, expected: EnqueueAck
+) -> None:
+    assert decode_enqueue_batch_response(result * 3) == [expected] * 3
+
+
 _DEFAULT_VARIANTS: list[tuple[str, Any, errors.JobRejection]] = [
     ("unknown_queue", pb.UnknownQueue, errors.UnknownQueue("")),
     ("payload_too_large", pb.PayloadTooLarge, errors.PayloadTooLarge(0, 0)),

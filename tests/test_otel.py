@@ -321,6 +321,35 @@ async def test_enqueue_writes_its_span_into_jobs_without_a_trace_context(
     }
 
 
+async def test_coalesced_enqueues_keep_their_own_spans_and_trace_contexts(
+    otel: Telemetry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("SEPP_LITE_COALESCE", "1")
+
+    async def produce(client: SeppClient, index: int) -> None:
+        with otel.tracer.start_as_current_span(f"app.{index}"):
+            await client.enqueue(EnqueueRequest("q", f"t{index}"))
+
+    async with ScriptedServer() as server:
+        async with connected(server.addr) as client:
+            await asyncio.gather(*[produce(client, index) for index in range(6)])
+    first, shared = server.calls_to("EnqueueBatch")  # t0 alone, then the other five
+    sent = {
+        job.job_type: job.trace
+        for call in (first, shared)
+        for job in decode_enqueue_batch_request(call.request)
+    }
+    enqueue_spans = otel.spans("sepp.enqueue")
+    assert len(enqueue_spans) == 6
+    for index in range(6):
+        app = otel.span(f"app.{index}", scope="tests.app")
+        [span] = [span for span in enqueue_spans if parent_id(span) == ids(app)[1]]
+        assert dict(span.attributes or {}) == {"sepp.batch_size": 1}
+        assert sent[f"t{index}"] == (traceparent_of(span.get_span_context()), None)
+    # The shared call's metadata carries its first member's span.
+    assert shared.header("traceparent") == [sent["t1"][0]]
+
+
 async def test_enqueue_atomic_injects_too_with_the_tracestate(
     otel: Telemetry, client: SeppClient
 ) -> None:

@@ -29,10 +29,17 @@ QueueNameTooLong JobTypeNameTooLong IdempotencyKeyTooLong ScheduledTooFar Invali
 QueueFull QueueClosing UnknownRejection
 """.split()
 
+COALESCING = ("coalesce_enqueues", "max_enqueue_batches_in_flight", "max_enqueues_waiting")
+
 # Keyword-only parameters sepp_lite adds (all optional); everything else must match.
 ADDED = {
-    "SeppClient.__init__": {"max_receive_message_bytes", "check_payload_limit"},
-    "SeppClient.connect": {"keepalive_time", "keepalive_timeout", "check_payload_limit"},
+    "SeppClient.__init__": {"max_receive_message_bytes", "check_payload_limit", *COALESCING},
+    "SeppClient.connect": {
+        "keepalive_time",
+        "keepalive_timeout",
+        "check_payload_limit",
+        *COALESCING,
+    },
     "Worker.__init__": {"shutdown_timeout", "sync_threads", "wait_for_server"},
     "Worker.run": {"until_idle"},
     "ConnectError.__init__": {"server_uses_tls"},

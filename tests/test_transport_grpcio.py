@@ -193,7 +193,8 @@ async def test_graceful_shutdown_delivers_every_answer_in_flight_then_restarts()
         await client.enqueue_batch([text_job(queue) for _ in range(16)])
         server.hold()
         reserves = [client.reserve(opts(queue, lease=60)) for _ in range(16)]
-        enqueues = [client.enqueue(text_job(queue)) for _ in range(16)]
+        # enqueue_batch: one call each (concurrent enqueue() calls would share calls).
+        enqueues = [client.enqueue_batch([text_job(queue)]) for _ in range(16)]
         calls = asyncio.gather(*reserves, *enqueues, client.get_server_info())
         await server.wait_calls(1 + 16 + 16 + 1)  # the first enqueue_batch, then these
         stopping = asyncio.ensure_future(server.stop(grace=10))
@@ -202,7 +203,7 @@ async def test_graceful_shutdown_delivers_every_answer_in_flight_then_restarts()
         results = await asyncio.wait_for(calls, 15)
         await asyncio.wait_for(stopping, 15)
         delivered = [jobs[0].ctx for jobs in results[:16]]
-        assert all(isinstance(ack, EnqueueAck) for ack in results[16:32])
+        assert all(isinstance(acks[0], EnqueueAck) for acks in results[16:32])
         assert server.state.counts(queue) == (16, 0, 16, 0)
 
         async with GrpcioServer(server.state, port=server.port) as again:

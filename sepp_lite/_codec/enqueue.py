@@ -306,6 +306,25 @@ BatchOutcome = Union[EnqueueAck, "errors.JobRejection", None]
 
 
 def _read_job_result(data: bytes, pos: int, stop: int) -> BatchOutcome:
+    # The usual answer, a success with a short job id and perhaps the deduplicated
+    # flag, read in one step: it is most of an EnqueueBatch answer's decoding CPU.
+    # Anything else (longer lengths, other or repeated fields) takes the general path.
+    size = stop - pos
+    if (
+        4 <= size < 0x82  # so every length here is a one-byte varint
+        and data[pos] == JOB_RESULT_SUCCESS
+        and data[pos + 1] == size - 2
+        and data[pos + 2] == ENQUEUE_RESPONSE_JOB_ID
+    ):
+        n = data[pos + 3]
+        if size == n + 4:
+            return EnqueueAck(data[pos + 4 : stop].decode(), False)
+        if (
+            size == n + 6
+            and data[stop - 2] == ENQUEUE_RESPONSE_DEDUPLICATED
+            and data[stop - 1] < 0x80
+        ):
+            return EnqueueAck(data[pos + 4 : stop - 2].decode(), data[stop - 1] != 0)
     outcome: BatchOutcome = None
     for field, start, end in read_fields(data, pos, stop):
         if field == JOB_RESULT_SUCCESS:

@@ -1,0 +1,440 @@
+"""Concurrent ``enqueue()`` calls of one client share EnqueueBatch calls.
+
+The rule is Nagle's, for RPCs. While none of the client's enqueue calls is in flight,
+a call goes out at once and alone, exactly as without coalescing (``SeppClient.enqueue``
+sends it itself). A call made while one is in flight waits here; the waiting calls go
+out together as the next batch when the calls in flight have ended, or at once when they
+fill a batch (the server's ``max_enqueue_batch`` jobs, or :data:`MAX_BATCH_BYTES`) and
+fewer than ``max_in_flight`` batches are in flight. No timer holds a call back.
+
+Each caller keeps what it would have had alone:
+
+- its result: the answer is split by position; a whole-call failure is every member's;
+- its retry decision: jobs with and without idempotency keys wait in separate lanes and
+  never share a batch, so a batch is retried exactly when each of its jobs alone would
+  be (``_retry.is_retryable``'s ``all_keyed``). The retry policy and ``rpc_timeout`` are
+  the client's, the same for every call, so no other option can differ;
+- its deadline, counted from its own call: a batch's RPC may run until its last
+  member's deadline; a member whose deadline comes first fails then, with the error it
+  would have had alone (the last failure, when the next retry would end past its
+  deadline; else DEADLINE_EXCEEDED). One whose deadline passes before its batch is sent
+  is never sent;
+- its cancellation: a call cancelled while it waits is never sent. One cancelled while
+  its batch is in flight raises ``CancelledError`` at once and its job may still be
+  enqueued, as when a call is cancelled after it went out alone; the RPC itself is
+  cancelled only once every member of the batch is gone;
+- its span and trace context: each caller encodes its own job in its own span (so the
+  job carries that span); the RPC's ``traceparent`` metadata, and the retry warnings,
+  are the first member's.
+
+Order: jobs of one lane leave in call order (within a batch, and batch after batch),
+but with more than one batch in flight, or one lane's batch beside the other's, the
+server may apply a later call's job first. A call that has returned was applied before
+any call started after it, as without coalescing.
+
+Backpressure: at most ``max_waiting`` calls wait here with their encoded job. Callers
+beyond that wait for room, in arrival order, before their job is encoded; that wait
+counts against their deadline (an expired one is never sent).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+from collections import deque
+from typing import Callable, Optional, Union
+
+from sepp_lite import _otel, errors
+from sepp_lite._codec.enqueue import decode_enqueue_batch_response
+from sepp_lite._retry import call_with_retry
+from sepp_lite._status import CallFailure, Status
+from sepp_lite._transport import Transport
+from sepp_lite.types import EnqueueAck, RetryPolicy
+
+__all__ = ["DEFAULT_BATCH_JOBS", "MAX_BATCH_BYTES", "Coalescer"]
+
+# The spec's default max_enqueue_batch, used until the client has the server's own.
+DEFAULT_BATCH_JOBS = 256
+# The server's 16 MiB message limit, less room for the gRPC and HTTP/2 framing.
+MAX_BATCH_BYTES = 16 * 1024 * 1024 - 1024
+# Defaults of connect()'s max_enqueue_batches_in_flight and max_enqueues_waiting.
+DEFAULT_MAX_IN_FLIGHT = 2
+DEFAULT_MAX_WAITING = 1024
+
+Result = Union[EnqueueAck, "errors.JobRejection"]
+
+
+def check_options(max_in_flight: object, max_waiting: object) -> None:
+    """``ValueError`` (naming the option) unless both are positive ints."""
+    for name, value in (
+        ("max_enqueue_batches_in_flight", max_in_flight),
+        ("max_enqueues_waiting", max_waiting),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"{name} must be an int of at least 1, got {value!r}")
+
+
+class _Entry:
+    """One waiting call: its encoded job, its deadline, the future it waits on."""
+
+    __slots__ = ("batch", "context", "deadline_at", "future", "part", "seq", "taken")
+
+    def __init__(
+        self, part: bytes, deadline_at: float, future: asyncio.Future[Result], seq: int
+    ) -> None:
+        self.part = part
+        self.deadline_at = deadline_at
+        self.future = future
+        self.seq = seq  # arrival order across both lanes
+        self.taken = False  # out of its lane: in a batch, or failed before one
+        self.batch: Optional[_Batch] = None
+        # The caller's context (its span), for the RPC's trace metadata and retry logs.
+        self.context = contextvars.copy_context() if _otel.AVAILABLE else None
+
+
+class _Lane:
+    """Waiting calls whose jobs all have an idempotency key, or none has."""
+
+    __slots__ = ("bytes", "count", "entries", "keyed")
+
+    def __init__(self, keyed: bool) -> None:
+        self.keyed = keyed
+        self.entries: deque[_Entry] = deque()  # cancelled ones are skipped when taken
+        self.count = 0  # live entries
+        self.bytes = 0
+
+    def head(self) -> Optional[_Entry]:
+        entries = self.entries
+        while entries and entries[0].future.done():
+            entries.popleft()
+        return entries[0] if entries else None
+
+
+class _Batch:
+    """One EnqueueBatch call in flight for its members."""
+
+    __slots__ = ("deadline_at", "entries", "last_error", "live", "started", "task", "timer")
+
+    def __init__(self, entries: list[_Entry]) -> None:
+        self.entries = entries
+        self.live = len(entries)  # members still waiting for the answer
+        self.deadline_at = max(entry.deadline_at for entry in entries)
+        self.last_error: Optional[errors.SeppError] = None
+        self.task: Optional[asyncio.Task[None]] = None
+        self.started = False  # a task cancelled before its first step never runs its body
+        self.timer: Optional[asyncio.TimerHandle] = None
+
+
+class Coalescer:
+    """The enqueue calls of one client that wait for, or ride in, a shared batch."""
+
+    def __init__(
+        self,
+        transport: Transport,
+        policy: RetryPolicy,
+        rpc_timeout: float,
+        *,
+        max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
+        max_waiting: int = DEFAULT_MAX_WAITING,
+    ) -> None:
+        check_options(max_in_flight, max_waiting)
+        self._transport = transport
+        self._policy = policy
+        self._timeout = rpc_timeout
+        self._max_in_flight = max_in_flight
+        self._max_waiting = max_waiting
+        self.batch_jobs = DEFAULT_BATCH_JOBS  # the server's max_enqueue_batch, once known
+        self.in_flight = 0  # enqueue RPCs: batches, and calls sent alone
+        self.waiting = 0  # calls here, or with room reserved, not yet sent
+        self._lanes = (_Lane(False), _Lane(True))
+        self._room: deque[asyncio.Future[None]] = deque()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._seq = 0
+
+    @property
+    def idle(self) -> bool:
+        """Whether a call may go out alone now (nothing in flight, nothing waiting)."""
+        return not (self.in_flight or self.waiting)
+
+    # -- calls sent alone, by the client ----------------------------------------------
+
+    def alone_started(self) -> None:
+        self.in_flight += 1
+
+    def alone_ended(self) -> None:
+        self.in_flight -= 1
+        if self.waiting:
+            self._dispatch()
+
+    # -- calls that wait for a batch ----------------------------------------------------
+
+    async def enqueue(self, encode: Callable[[], bytes], keyed: bool, deadline_at: float) -> Result:
+        """Wait for room, encode the job with ``encode()`` (in the caller's context),
+        and return its result once its batch is answered; raise what the batch's call
+        raised, or the caller's own deadline error."""
+        if self.waiting >= self._max_waiting or self._room:
+            await self._wait_for_room(deadline_at)
+        else:
+            self.waiting += 1
+        try:
+            part = encode()
+        except BaseException:
+            self._release_room()
+            raise
+        loop = asyncio.get_running_loop()
+        self._seq += 1
+        entry = _Entry(part, deadline_at, loop.create_future(), self._seq)
+        lane = self._lanes[keyed]
+        lane.entries.append(entry)
+        lane.count += 1
+        lane.bytes += len(part)
+        if not self.in_flight or self._full(lane):
+            self._dispatch()
+        try:
+            return await entry.future
+        except asyncio.CancelledError:
+            self._abandon(entry, lane)
+            raise
+
+    def _full(self, lane: _Lane) -> bool:
+        limit = min(self.batch_jobs, self._max_waiting)
+        return lane.count >= limit or lane.bytes >= MAX_BATCH_BYTES
+
+    def _abandon(self, entry: _Entry, lane: _Lane) -> None:
+        """A cancelled caller: out of its lane (never sent), or out of its batch."""
+        if not entry.taken:
+            entry.taken = True
+            lane.count -= 1
+            lane.bytes -= len(entry.part)
+            self._release_room()
+            return
+        batch = entry.batch
+        if batch is not None and entry.future.cancelled():  # else it was counted out
+            self._member_gone(batch)
+
+    def _member_gone(self, batch: _Batch) -> None:
+        batch.live -= 1
+        if batch.live == 0 and batch.started and batch.task is not None:
+            batch.task.cancel()  # nobody waits for the answer: as a lone call cancelled
+
+    # -- backpressure -----------------------------------------------------------------
+
+    async def _wait_for_room(self, deadline_at: float) -> None:
+        """Wait until a slot is reserved for this caller (FIFO), or fail at its
+        deadline without having been sent."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._room.append(waiter)
+        timer = loop.call_at(deadline_at, self._room_expired, waiter)
+        try:
+            await waiter
+        except asyncio.CancelledError:
+            if waiter.cancelled():
+                with contextlib.suppress(ValueError):
+                    self._room.remove(waiter)
+            elif waiter.exception() is None:
+                self._release_room()  # woken with a slot, then cancelled: pass it on
+            raise
+        finally:
+            timer.cancel()
+
+    def _room_expired(self, waiter: asyncio.Future[None]) -> None:
+        if not waiter.done():
+            self._room.remove(waiter)
+            waiter.set_exception(self._deadline_error(sent=False))
+
+    def _release_room(self) -> None:
+        self.waiting -= 1
+        self._wake_room()
+
+    def _wake_room(self) -> None:
+        room = self._room
+        while room and self.waiting < self._max_waiting:
+            waiter = room.popleft()
+            if not waiter.done():
+                self.waiting += 1  # the slot is the woken caller's
+                waiter.set_result(None)
+
+    # -- batches ----------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        """Send what the rule allows: everything waiting while nothing is in flight,
+        full batches while fewer than the bound are."""
+        while True:
+            lane = self._next_lane()
+            if lane is None:
+                break
+            entries = self._take(lane)
+            if entries:
+                self._start(entries, lane.keyed)
+        self._wake_room()
+
+    def _next_lane(self) -> Optional[_Lane]:
+        plain, keyed = self._lanes
+        if not self.in_flight:
+            first, second = plain.head(), keyed.head()
+            if first is None or second is None:
+                return plain if first is not None else keyed if second is not None else None
+            return plain if first.seq < second.seq else keyed
+        if self.in_flight >= self._max_in_flight:
+            return None
+        for lane in self._lanes:
+            if lane.count and self._full(lane):
+                return lane
+        return None
+
+    def _take(self, lane: _Lane) -> list[_Entry]:
+        """The next batch of ``lane``, in arrival order; callers whose deadline has
+        passed fail here, unsent."""
+        entries: list[_Entry] = []
+        size = 0
+        limit = self.batch_jobs
+        now = asyncio.get_running_loop().time()
+        queue = lane.entries
+        while queue and len(entries) < limit:
+            entry = queue[0]
+            if entry.future.done():  # cancelled while it waited, counted out then
+                queue.popleft()
+                continue
+            part_size = len(entry.part)
+            if entries and size + part_size > MAX_BATCH_BYTES:
+                break
+            queue.popleft()
+            entry.taken = True
+            lane.count -= 1
+            lane.bytes -= part_size
+            self.waiting -= 1
+            if entry.deadline_at <= now:
+                entry.future.set_exception(self._deadline_error(sent=False))
+                continue
+            size += part_size
+            entries.append(entry)
+        return entries
+
+    def _start(self, entries: list[_Entry], keyed: bool) -> None:
+        batch = _Batch(entries)
+        for entry in entries:
+            entry.batch = batch
+        loop = asyncio.get_running_loop()
+        context = entries[0].context
+        coro = self._send(batch, keyed)
+        # The task runs in the first member's context (its span), not in whichever
+        # call's context happens to dispatch it.
+        task = loop.create_task(coro) if context is None else context.run(loop.create_task, coro)
+        batch.task = task
+        self._tasks.add(task)
+        self.in_flight += 1
+        self._arm(batch)
+
+    async def _send(self, batch: _Batch, keyed: bool) -> None:
+        batch.started = True
+        try:
+            if batch.live:  # else every member left before the call started
+                _answer(batch.entries, await self._call(batch, keyed))
+        except asyncio.CancelledError:
+            for entry in batch.entries:
+                entry.future.cancel()
+            raise
+        except Exception as error:  # the whole call failed: every member's failure
+            for entry in batch.entries:
+                if not entry.future.done():
+                    entry.future.set_exception(error)
+        finally:
+            if batch.timer is not None:
+                batch.timer.cancel()
+            self._tasks.discard(asyncio.current_task())
+            self.in_flight -= 1
+            if self.waiting:
+                self._dispatch()
+
+    async def _call(self, batch: _Batch, keyed: bool) -> bytes:
+        """The batch's EnqueueBatch call, retried per the client's policy."""
+        request = b"".join([entry.part for entry in batch.entries])
+        transport, timeout, deadline_at = self._transport, self._timeout, batch.deadline_at
+        trace = _otel.call_metadata() if _otel.AVAILABLE else ()
+
+        async def attempt() -> bytes:
+            try:
+                return await transport.unary(
+                    "EnqueueBatch", request, deadline_at, trace, "generic", timeout
+                )
+            except errors.SeppError as error:
+                batch.last_error = error
+                raise
+
+        async def backoff(delay: float) -> None:
+            # Who would be past their deadline before the retry fails now, with the
+            # failure, as the retry loop of a call sent alone would have raised it.
+            self._expire(batch, asyncio.get_running_loop().time() + delay, batch.last_error)
+            await asyncio.sleep(delay)
+
+        if self._policy.max_attempts <= 1:
+            return await attempt()
+        return await call_with_retry(
+            "EnqueueBatch", attempt, self._policy, deadline_at, all_keyed=keyed, sleep=backoff
+        )
+
+    # -- deadlines of members ------------------------------------------------------------
+
+    def _arm(self, batch: _Batch) -> None:
+        """A timer for the earliest member deadline before the batch's own."""
+        earliest = min(
+            (entry.deadline_at for entry in batch.entries if not entry.future.done()),
+            default=batch.deadline_at,
+        )
+        if earliest < batch.deadline_at:
+            loop = asyncio.get_running_loop()
+            batch.timer = loop.call_at(earliest, self._timer_fired, batch)
+
+    def _timer_fired(self, batch: _Batch) -> None:
+        batch.timer = None
+        self._expire(batch, asyncio.get_running_loop().time(), None)
+        if batch.live:
+            self._arm(batch)
+
+    def _expire(self, batch: _Batch, until: float, error: Optional[errors.SeppError]) -> None:
+        """Fail the members whose deadline is at or before ``until`` with ``error``
+        (DEADLINE_EXCEEDED for ``None``); cancel the call once none is left."""
+        for entry in batch.entries:
+            if entry.deadline_at <= until and not entry.future.done():
+                entry.future.set_exception(error or self._deadline_error(sent=True))
+                self._member_gone(batch)
+
+    def _deadline_error(self, *, sent: bool) -> errors.SeppError:
+        """The error a call alone gets at its deadline (``errors.map_failure``'s)."""
+        what = "deadline exceeded" if sent else "deadline exceeded before the call was sent"
+        failure = CallFailure(
+            Status.DEADLINE_EXCEEDED,
+            f"{what} (the call's deadline was {self._timeout:g} s)",
+            local=True,
+            ambiguous=sent,
+        )
+        error = errors.map_failure(failure, "generic", f"EnqueueBatch to {self._transport.label}")
+        assert error is not None
+        return error
+
+    # -- closing ----------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Wait for the batches in flight (the transport is closed, so they end now)."""
+        while True:
+            # A task cancelled before its first step (at loop shutdown) never ran the
+            # part that removes it from the set.
+            tasks = [task for task in self._tasks if not task.done()]
+            if not tasks:
+                break
+            await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks.clear()
+
+
+def _answer(entries: list[_Entry], data: bytes) -> None:
+    """Each member's result from the batch's answer, by position."""
+    results = decode_enqueue_batch_response(data)
+    if len(results) != len(entries):
+        raise errors.BatchResultCountMismatchError(len(entries), len(results))
+    if None in results:
+        raise errors.MalformedResponseError("a job result in EnqueueBatch sets no outcome")
+    for entry, result in zip(entries, results):
+        if not entry.future.done():
+            entry.future.set_result(result)  # type: ignore[arg-type]
