@@ -2,8 +2,8 @@
 in-process sepp server, or against a real one with ``pytest --sepp-addr HOST:PORT``.
 
 Installing sepp_lite registers it (entry point ``pytest11``, plugin name
-``sepp_lite``; ``-p no:sepp_lite`` turns it off). The fixtures are described in the
-README ("Testing your handlers") and by ``pytest --fixtures``.
+``sepp_lite``; ``-p no:sepp_lite`` turns it off). The fixtures are described in
+docs/testing.md ("The pytest fixtures") and by ``pytest --fixtures``.
 
 This module sits outside the ``sepp_lite`` package on purpose (as hypothesis's plugin
 does): pytest imports every installed plugin at start, and importing ``sepp_lite``

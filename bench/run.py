@@ -328,7 +328,7 @@ PYPY_JOBS = {"batch": 51200, "reserve_ack": 20000, "worker": 80000, "small_call"
 # ("1.0MB" on these machines, per gc.get_stats()). A job allocates about 50 KiB there
 # (asyncio is pure Python on PyPy), so the Worker spent about 30 % of its CPU in the
 # GC (gc.get_stats().total_gc_time). The PyPy runs are made both with the default and
-# with this size, which README.md recommends for PyPy workers.
+# with this size, which docs/platforms.md recommends for PyPy workers.
 PYPY_NURSERY = "4MB"
 
 
@@ -533,7 +533,7 @@ def _pypy_rows(report: dict[str, Any]) -> list[str]:
     lines += [
         "",
         f"Goal: PyPy Worker CPU per job ≤ {PYPY_WORKER_GOAL}× sepp-py's on CPython (warmed up). "
-        f"The nursery columns run PyPy with `PYPY_GC_NURSERY={PYPY_NURSERY}` (README.md, "
+        f"The nursery columns run PyPy with `PYPY_GC_NURSERY={PYPY_NURSERY}` (docs/platforms.md, "
         "section 'PyPy'); the others with PyPy's default.",
     ]
     return lines

@@ -1,7 +1,8 @@
 """sepp_lite: a pure-Python asyncio client for the sepp job queue.
 
 The API is sepp-py 0.1.0's, so code written for the official client runs after
-``import sepp_lite as sepp``; durations also accept float seconds. See README.md.
+``import sepp_lite as sepp``; durations also accept float seconds. See README.md and
+the documentation site (docs/).
 """
 
 from __future__ import annotations

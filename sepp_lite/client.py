@@ -364,7 +364,8 @@ class SeppClient:
         flight goes out at once. Each caller still gets its own ack or rejection, its
         own deadline, retries and span; a call cancelled before its batch is sent is
         never sent, and one cancelled after may still be enqueued (as a call cancelled
-        after it went out). README.md's "Many producers" section has the details."""
+        after it went out). The documentation's "Producing" page
+        (docs/producing.md, "Many producers") has the details."""
         coalescer = self._coalescer
         if coalescer is None:
             result = (await self.enqueue_batch([job]))[0]

@@ -129,14 +129,6 @@ def test_the_table_is_complete_and_well_formed() -> None:
         compile(f"async def _():\n    return {row.example}\n", row.id, "exec")
 
 
-def test_the_readme_copy_of_the_table_is_the_sites() -> None:
-    """While README.md still has its own copy of the table (until the README shrinks to
-    a newcomer's page and links here), the two must say the same."""
-    text = README.read_text(encoding="utf-8")
-    assert text.count(SECTION) == 1
-    assert table_rows(text.split(SECTION, 1)[1]) == ROWS
-
-
 def mutated(obj: Any, **fields: Any) -> Any:
     """Set fields after construction (what code that edits a request does)."""
     for name, value in fields.items():

@@ -4,8 +4,8 @@ tests/doc_examples.py starts (its docstring has the conventions, the same as REA
 The pages share one working directory, so a file block of one page (``tasks.py``) serves
 the commands of another; file names are unique across the site. Each section of each
 page uses queues of its own (checked statically), so no page leans on another's
-leftovers; the README's test also runs its sections in reverse order, which the site's
-pages, repeating the README's examples, do not repeat.
+leftovers. The site holds what the README once held; the README is a newcomer's page
+with one first job (tests/test_readme.py).
 
 None of this needs MkDocs: `make docs` builds the site (strictly) in a venv of its own.
 The benchmark chart's generator (docs/_gen/bench_chart.py, standard library only) is

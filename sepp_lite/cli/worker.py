@@ -36,7 +36,7 @@ from sepp_lite.worker import Worker
 
 __all__ = ["add_parser", "build_when_reachable", "build_worker", "load_target", "run_worker"]
 
-# The command line's one logger, as README's "Logging" names it.
+# The command line's one logger, as docs/logging.md names it.
 logger = logging.getLogger("sepp_lite.cli")
 
 

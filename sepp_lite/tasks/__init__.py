@@ -11,7 +11,8 @@ a Worker runs, on top of the public SeppClient and Worker.
 
 The input travels as an ordinary payload (JSON for dataclasses and the like, UTF-8 for
 ``str``, raw ``bytes``), so producers and workers in other languages, and sepp-py's,
-interoperate. README.md's "Typed tasks" has the guide.
+interoperate. The documentation's "Typed tasks" page
+(docs/tasks.md) is the guide.
 """
 
 from __future__ import annotations

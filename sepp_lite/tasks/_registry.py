@@ -180,8 +180,8 @@ class Tasks:
         by default), each under its own idempotency key, so the server runs each slot
         once however many workers there are; a slot more than ``misfire_grace`` late
         is skipped. The other options are :meth:`task`'s (``job_type``, ``queue``,
-        ``priority``, ``max_attempts``, ``timeout``, ``retry``). README.md's "Periodic
-        jobs" says what this guarantees and needs. A decorator."""
+        ``priority``, ``max_attempts``, ``timeout``, ``retry``). The documentation's
+        "Periodic jobs" page (docs/periodic.md) says what this guarantees and needs. A decorator."""
         schedule: dict[str, Any] = {"every": every, "cron": cron, "tz": tz}
         schedule.update(lookahead=lookahead, misfire_grace=misfire_grace)
 

@@ -10,7 +10,7 @@ a test can hold a call open while its client waits for the answer.
 
 ``SeppServerThread`` runs it on a thread of its own (for synchronous tests and the
 blocking client), ``run_until_drained`` runs a worker until nothing is left, and the
-pytest plugin (fixtures ``sepp_server``, ``sepp_client``, ...; see the README) wraps
+pytest plugin (fixtures ``sepp_server``, ``sepp_client``, ...; see docs/testing.md) wraps
 it all. ``python -m sepp_lite.testing`` runs the server as a standalone process.
 """
 
