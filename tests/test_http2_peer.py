@@ -353,7 +353,11 @@ async def test_headers_over_max_header_list_size_fail_locally_and_nothing_is_sen
 async def test_64_calls_through_one_stream_slot_go_one_at_a_time_in_order() -> None:
     settings = {Setting.MAX_CONCURRENT_STREAMS: 1, Setting.INITIAL_WINDOW_SIZE: 1 << 20}
     queues = [f"fifo-{i:02d}" for i in range(64)]
-    async with H2Peer(settings=settings) as peer, connected(peer.addr, rpc_timeout=20) as client:
+    # One RPC per enqueue() call: this test counts streams, which coalescing merges.
+    async with (
+        H2Peer(settings=settings) as peer,
+        connected(peer.addr, coalesce_enqueues=False, rpc_timeout=20) as client,
+    ):
         results = await asyncio.gather(*(client.enqueue(job(q)) for q in queues))
     assert all(isinstance(r, EnqueueAck) for r in results)
     conn = only(peer)
@@ -367,7 +371,11 @@ async def test_a_lowered_stream_limit_applies_to_new_streams() -> None:
         await asyncio.sleep(0.01)  # keeps several calls waiting for the one slot
         return valid_answer(request)
 
-    async with H2Peer(slow) as peer, connected(peer.addr, rpc_timeout=20) as client:
+    # One RPC per enqueue() call: this test counts streams, which coalescing merges.
+    async with (
+        H2Peer(slow) as peer,
+        connected(peer.addr, coalesce_enqueues=False, rpc_timeout=20) as client,
+    ):
         await client.get_server_info()
         conn = only(peer)
         await conn.act(Settings({Setting.MAX_CONCURRENT_STREAMS: 1}))
@@ -654,8 +662,11 @@ async def test_graceful_goaway_finishes_open_streams_and_retries_the_rest_elsewh
         lambda c: c.reserve(opts("drain")),
         *(lambda c, i=i: c.enqueue(job(f"drain{i}")) for i in range(3)),
     ]
+    # One RPC per enqueue() call: this test counts streams, which coalescing merges.
     async with H2Peer(handler) as peer:
-        async with connected(peer.addr, retry_policy=NO_RETRY, rpc_timeout=10) as client:
+        async with connected(
+            peer.addr, coalesce_enqueues=False, retry_policy=NO_RETRY, rpc_timeout=10
+        ) as client:
             caplog.clear()
             results = await asyncio.gather(*started(client, calls))
             old = peer.conns[0]
@@ -689,8 +700,11 @@ async def test_goaway_with_an_error_fails_taken_streams_and_retries_the_others()
         return []
 
     queues = ["err0", "err1", "err2"]
+    # One RPC per enqueue() call: this test counts streams, which coalescing merges.
     async with H2Peer(handler) as peer:
-        async with connected(peer.addr, retry_policy=NO_RETRY, rpc_timeout=10) as client:
+        async with connected(
+            peer.addr, coalesce_enqueues=False, retry_policy=NO_RETRY, rpc_timeout=10
+        ) as client:
             took, results = await elapsed(
                 asyncio.gather(*started(client, [lambda c, q=q: c.enqueue(job(q)) for q in queues]))
             )
