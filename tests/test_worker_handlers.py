@@ -149,7 +149,7 @@ async def test_sync_threads_bound_how_many_plain_defs_run_at_once(
     assert server.counts(queue) == (0, 0, 0, 0)
 
 
-def test_sync_threads_is_validated(client: sepp.SeppClient) -> None:
+async def test_sync_threads_is_validated(client: sepp.SeppClient) -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="sync_threads"):
             sepp.Worker(client, ["q"], 30, sync_threads=bad)  # type: ignore[arg-type]
@@ -254,7 +254,7 @@ BAD = [
 
 @pytest.mark.parametrize("how", ["handle", "handler", "replace_handler", "catch_all"])
 @pytest.mark.parametrize(("name", "make", "problem"), BAD, ids=[b[0] for b in BAD])
-def test_a_bad_handler_is_a_type_error_naming_it_at_registration(
+async def test_a_bad_handler_is_a_type_error_naming_it_at_registration(
     client: sepp.SeppClient, how: str, name: str, make: Callable[[], object], problem: str
 ) -> None:
     worker = sepp.Worker(client, ["q"], 30)
@@ -267,7 +267,7 @@ def test_a_bad_handler_is_a_type_error_naming_it_at_registration(
     assert worker._handlers == {} and worker._catch_all is None  # nothing registered
 
 
-def test_a_coroutine_object_is_refused_with_a_hint(client: sepp.SeppClient) -> None:
+async def test_a_coroutine_object_is_refused_with_a_hint(client: sepp.SeppClient) -> None:
     worker = sepp.Worker(client, ["q"], 30)
     called = _AsyncCallable()
     coroutine = called(None, None)  # type: ignore[arg-type]
@@ -318,7 +318,7 @@ async def test_the_callables_a_handler_may_be_all_run_once(
 # -- a str for a list of queues -----------------------------------------------------
 
 
-def test_a_str_for_the_queues_is_a_type_error(
+async def test_a_str_for_the_queues_is_a_type_error(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
     with pytest.raises(TypeError, match=r"not the str 'emails' \(write \['emails'\]"):
