@@ -245,7 +245,8 @@ def _register(how: str, worker: sepp.Worker, handler: Any) -> None:
 BAD = [
     ("_sync_one", lambda: _sync_one, "its signature is (payload)"),
     ("_async_three", lambda: _async_three, "missing a required argument: 'extra'"),
-    ("_KeywordOnly instance", _KeywordOnly, "missing a required argument: 'flag'"),
+    # 3.13 says "missing a required keyword-only argument", older Pythons leave out "keyword-only".
+    ("_KeywordOnly instance", _KeywordOnly, "argument: 'flag'"),
     ("_AsyncCallable", lambda: _AsyncCallable, "is a class"),
     ("42 (int)", lambda: 42, "is not callable"),
     ("None (NoneType)", lambda: None, "is not callable"),
