@@ -20,6 +20,7 @@ import threading
 import time
 import uuid
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 PAYLOAD = bytes(range(256))
@@ -76,27 +77,14 @@ async def batch(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float
     return meter.result()
 
 
-async def concurrent_enqueue(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
+async def enqueue_from_callers(
+    sepp: Any, client: Any, jobs: int, skip: int, callers: int
+) -> dict[str, float]:
+    """``callers`` concurrent tasks (a web app's requests), each enqueueing one job per
+    call."""
     queue = f"bench-{uuid.uuid4().hex[:8]}"
-    per_caller = max(1, jobs // 16)
-    requests = [[request(sepp, queue, i) for i in range(per_caller)] for _ in range(16)]
-    await client.enqueue(request(sepp, queue, 0))
-    meter = Meter(skip)
-
-    async def caller(items: list[Any]) -> None:
-        for item in items:
-            await client.enqueue(item)
-            meter.tick()
-
-    await asyncio.gather(*(caller(items) for items in requests))
-    return meter.result()
-
-
-async def concurrent_enqueue64(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
-    """64 callers (a web app's requests), each enqueueing one job per call."""
-    queue = f"bench-{uuid.uuid4().hex[:8]}"
-    per_caller = max(1, jobs // 64)
-    requests = [[request(sepp, queue, i) for i in range(per_caller)] for _ in range(64)]
+    per_caller = max(1, jobs // callers)
+    requests = [[request(sepp, queue, i) for i in range(per_caller)] for _ in range(callers)]
     await client.enqueue(request(sepp, queue, 0))
     meter = Meter(skip)
 
@@ -348,8 +336,8 @@ WORKLOADS = {
     "connect": connect,
     "batch": batch,
     "enqueue1": enqueue1,
-    "enqueue16": concurrent_enqueue,
-    "enqueue64": concurrent_enqueue64,
+    "enqueue16": partial(enqueue_from_callers, callers=16),
+    "enqueue64": partial(enqueue_from_callers, callers=64),
     "batch_plain": batch_plain,
     "threads8": threads8,
     "reserve_ack": reserve_ack,
