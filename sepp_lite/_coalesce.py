@@ -356,12 +356,11 @@ class Coalescer:
 
         async def attempt() -> bytes:
             try:
-                return await transport.unary(
-                    "EnqueueBatch", request, deadline_at, trace, "generic", timeout
-                )
-            except errors.SeppError as error:
-                batch.last_error = error
-                raise
+                return await transport.unary("EnqueueBatch", request, deadline_at, trace)
+            except CallFailure as failure:
+                where = f"EnqueueBatch to {transport.label}"
+                error = batch.last_error = errors.map_failure(failure, "generic", where, timeout)
+                raise error from failure.__cause__ or failure
 
         async def backoff(delay: float) -> None:
             # Who would be past their deadline before the retry fails now, with the
@@ -404,15 +403,9 @@ class Coalescer:
     def _deadline_error(self, *, sent: bool) -> errors.SeppError:
         """The error a call alone gets at its deadline (``errors.map_failure``'s)."""
         what = "deadline exceeded" if sent else "deadline exceeded before the call was sent"
-        failure = CallFailure(
-            Status.DEADLINE_EXCEEDED,
-            f"{what} (the call's deadline was {self._timeout:g} s)",
-            local=True,
-            ambiguous=sent,
-        )
-        error = errors.map_failure(failure, "generic", f"EnqueueBatch to {self._transport.label}")
-        assert error is not None
-        return error
+        failure = CallFailure(Status.DEADLINE_EXCEEDED, what, local=True, ambiguous=sent)
+        where = f"EnqueueBatch to {self._transport.label}"
+        return errors.map_failure(failure, "generic", where, self._timeout)
 
     # -- closing ----------------------------------------------------------------------
 

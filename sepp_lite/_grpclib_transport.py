@@ -2,12 +2,15 @@
 
 Imported only when a client wraps a grpclib channel, so ``import sepp_lite`` and
 ``SeppClient.connect`` never load grpclib or h2. Every grpclib and h2 failure is turned
-into a :class:`~sepp_lite._status.CallFailure` here; ``errors.map_failure`` does the rest.
+into a :class:`~sepp_lite._status.CallFailure` here (the client maps it with
+``errors.map_failure``); what an answer means is ``_grpc``'s, as for the client's own
+HTTP/2 transport.
 """
 
 from __future__ import annotations
 
 import asyncio
+import ssl
 from typing import Any
 
 import h2.exceptions
@@ -15,17 +18,16 @@ from grpclib.client import Channel
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from grpclib.utils import Wrapper
 
+from sepp_lite import _grpc
 from sepp_lite._cork import cork
-from sepp_lite._http2._headers import Response, parse_fields
-from sepp_lite._http2._stream import head_problem
-from sepp_lite._status import CallFailure, Status, lost, status_of
+from sepp_lite._http2 import Response, parse_fields
+from sepp_lite._status import CallFailure, Status, status_of
 from sepp_lite._transport import (
     DEFAULT_MAX_RECEIVE,
     SERVICE_PREFIX,
     encode_metadata,
     user_agent,
 )
-from sepp_lite.errors import ResponseTooLargeError, map_failure
 
 
 def channel_label(channel: Channel) -> str:
@@ -86,7 +88,7 @@ class GrpclibTransport:
         headers = [*self._base_headers, (b":path", path), *self._tail_headers]
         # Whole seconds, rounded up: the same value from call to call, so h2's HPACK
         # sends it as a one-byte index; the precise deadline is enforced here.
-        headers.append((b"grpc-timeout", b"%dS" % max(1, -int(-timeout // 1))))
+        headers.append((b"grpc-timeout", _grpc.timeout_value(max(1, -int(-timeout // 1)))))
         if extra:
             headers.extend((name.encode("ascii"), value.encode("ascii")) for name, value in extra)
         return headers
@@ -97,20 +99,18 @@ class GrpclibTransport:
         request: bytes,
         deadline_at: float,
         extra_metadata: tuple[tuple[str, str], ...] = (),
-        kind: str = "generic",
-        timeout_hint: float = 30.0,
     ) -> bytes:
         """One unary call that must finish by ``deadline_at`` (``loop.time()``); every
-        failure comes out as a SeppError."""
+        failure of the call comes out as a CallFailure."""
         if self.closed:
             raise RuntimeError("this SeppClient is closed")
         try:
-            return await self._call(method, request, deadline_at, extra_metadata, timeout_hint)
+            return await self._call(method, request, deadline_at, extra_metadata)
         except Exception as exc:
-            error = map_failure(_as_failure(exc), kind, f"{method} to {self.label}")  # type: ignore[arg-type]
-            if error is None:
+            failure = _as_failure(exc)
+            if failure is None or failure is exc:
                 raise
-            raise error from exc
+            raise failure from exc
 
     async def _call(
         self,
@@ -118,10 +118,10 @@ class GrpclibTransport:
         request: bytes,
         deadline_at: float,
         extra: tuple[tuple[str, str], ...],
-        timeout_hint: float,
     ) -> bytes:
         loop = asyncio.get_running_loop()
-        if deadline_at <= loop.time():
+        timeout = deadline_at - loop.time()
+        if timeout <= 0:
             raise asyncio.TimeoutError("deadline exceeded before the call started")
         wrapper = Wrapper()
         # The Wrapper cancels this task with the error it is given: our deadline, or
@@ -136,15 +136,15 @@ class GrpclibTransport:
                     self._opened += 1
                     _bound_closed_streams(processor.connection)
                 stream = processor.connection.create_stream(wrapper=wrapper)
-                headers: Any = self._headers(method, timeout_hint, extra)  # h2 takes bytes too
-                frame = b"\x00%s%s" % (len(request).to_bytes(4, "big"), request)
+                headers: Any = self._headers(method, timeout, extra)  # h2 takes bytes too
+                frame = _grpc.frame(request)
                 release = None
                 try:
                     # grpclib's Connection keeps its asyncio transport in `_transport`.
                     cork(getattr(processor.connection, "_transport", None))
                     release = await stream.send_request(headers, _processor=processor)
                     await stream.send_data(frame, end_stream=True)
-                    return await self._receive(stream)
+                    return await _receive(stream, _grpc.Reader(self.max_receive))
                 finally:
                     if release is not None:
                         if stream.closable:
@@ -152,42 +152,6 @@ class GrpclibTransport:
                         release()
         finally:
             timer.cancel()
-
-    async def _receive(self, stream: Any) -> bytes:
-        head = _response(await stream.recv_headers())
-        if head.grpc_status is not None:  # trailers-only: an error, or OK without a message
-            if head.grpc_status is not Status.OK:
-                raise CallFailure(head.grpc_status, head.grpc_message)
-            raise CallFailure(Status.INTERNAL, "the server sent no response message")
-        problem = head_problem(head)
-        if problem is not None:
-            raise problem
-        message = await self._message(stream)
-        # Reading on to the end of the stream, rather than waiting for trailers, fails a
-        # response that ends without them at once instead of at the deadline. The
-        # trailers, when sent, came before the end.
-        if await _read(stream, 1):
-            raise CallFailure(Status.INTERNAL, "the server sent more than one response message")
-        trailers = _response(stream.trailers or [])
-        if trailers.grpc_status is None:
-            raise CallFailure(Status.INTERNAL, "the response ended without a grpc-status")
-        if trailers.grpc_status is not Status.OK:
-            raise CallFailure(trailers.grpc_status, trailers.grpc_message)
-        if message is None:
-            raise CallFailure(Status.INTERNAL, "the server sent no response message")
-        return message
-
-    async def _message(self, stream: Any) -> bytes | None:
-        """The one response message, or ``None`` when the body is empty."""
-        prefix = await _read(stream, 5)
-        if not prefix:
-            return None
-        if prefix[0]:
-            raise CallFailure(Status.INTERNAL, "compressed responses are not supported")
-        size = int.from_bytes(prefix[1:5], "big")
-        if size > self.max_receive:
-            raise ResponseTooLargeError(size, self.max_receive)
-        return await _read(stream, size) if size else b""
 
     async def close(self) -> None:
         """Close the connection and wait (at most a second) until its socket is really
@@ -208,8 +172,42 @@ class GrpclibTransport:
         await asyncio.sleep(0)
 
 
-def _as_failure(exc: BaseException) -> BaseException:
-    """grpclib's and h2's exceptions as CallFailures; anything else as it is."""
+async def _receive(stream: Any, reader: _grpc.Reader) -> bytes:
+    """The answer, read with grpclib's stream and judged by ``reader``: the head,
+    the message prefix, then exactly as many bytes as it declares."""
+    head = _response(await stream.recv_headers())
+    # grpclib does not say whether the head ended the stream: one with grpc-status is
+    # a trailers-only answer.
+    _check(reader.on_head(head, _grpc.grpc_status(head) is not None))
+    prefix = await _read(stream, 5)
+    if prefix:
+        _check(reader.on_data(prefix))
+        size = reader.expected - len(prefix)
+        if size:
+            _check(reader.on_data(await _read(stream, size)))
+    # Reading on to the end of the stream, rather than waiting for trailers, fails a
+    # response that ends without them at once instead of at the deadline. The
+    # trailers, when sent, came before the end.
+    extra = await _read(stream, 1)
+    if extra:
+        _check(reader.on_data(extra))
+    result = reader.finish(_response(stream.trailers or []))
+    if isinstance(result, bytes):
+        return result
+    raise result
+
+
+def _check(outcome: object) -> None:
+    """Raise the reader's failure; anything else (None) goes on."""
+    if isinstance(outcome, BaseException):
+        raise outcome
+
+
+def _as_failure(exc: BaseException) -> CallFailure | None:
+    """grpclib's and h2's exceptions as CallFailures; None for anything else (a bug, a
+    closed client), which propagates as it is."""
+    if isinstance(exc, CallFailure):
+        return exc
     if isinstance(exc, GRPCError):
         return CallFailure(status_of(exc.status.value), exc.message or "")
     if isinstance(exc, asyncio.TimeoutError):
@@ -218,10 +216,17 @@ def _as_failure(exc: BaseException) -> BaseException:
         )
     if isinstance(exc, StreamTerminatedError):
         # The request may have reached the server before the connection went away.
-        return lost(f"connection lost during the call: {exc}")
+        return _grpc.lost(f"connection lost during the call: {exc}")
     if isinstance(exc, (ProtocolError, h2.exceptions.ProtocolError)):
-        return lost(f"HTTP/2 protocol error: {exc}")
-    return exc
+        return _grpc.lost(f"HTTP/2 protocol error: {exc}")
+    if isinstance(exc, ssl.SSLError):
+        # Certificate or handshake trouble does not heal by retrying: no status.
+        return CallFailure(None, f"TLS failure: {exc}", local=True, ambiguous=False)
+    if isinstance(exc, OSError):
+        return CallFailure(
+            Status.UNAVAILABLE, f"connection failed: {exc}", local=True, ambiguous=False
+        )
+    return None
 
 
 def _response(headers: Any) -> Response:

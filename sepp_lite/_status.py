@@ -2,7 +2,8 @@
 
 Both transports (the client's own HTTP/2 connection and the grpclib adapter behind
 ``SeppClient.from_channel``) describe every failure as a :class:`CallFailure`;
-``errors.map_failure`` turns it into the error tree. Nothing here imports a transport.
+the client turns it into the error tree with ``errors.map_failure``. Nothing here
+imports a transport.
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ def status_of(code: int) -> Status:
 
 
 class CallFailure(Exception):
-    """One call failed, as the transport saw it.
+    """One call failed, as the transport saw it: the one exception a transport's
+    ``unary`` raises for a failed call (``errors.map_failure`` turns it into a
+    :class:`~sepp_lite.errors.SeppError`).
 
     ``status`` is the gRPC status (from the server's trailers, or the status a
     transport-level failure stands for; None when none fits, as for a TLS failure).
@@ -52,7 +55,8 @@ class CallFailure(Exception):
     ``not_processed`` marks a call the server never handed to its application (a
     stream above a GOAWAY's last stream id, REFUSED_STREAM, a call that never got a
     stream): it is safe to send again anywhere. ``retry_after`` is set when the
-    transport will not try to connect again before that many seconds.
+    transport will not try to connect again before that many seconds. A failure made
+    from another exception (a socket or TLS error, grpclib's) has it as ``__cause__``.
     """
 
     def __init__(
@@ -73,11 +77,11 @@ class CallFailure(Exception):
         self.retry_after: Optional[float] = None  # a connect backoff's wait, in seconds
 
 
-def not_processed(message: str) -> CallFailure:
-    """A call the server never processed: UNAVAILABLE, safe to repeat."""
-    return CallFailure(Status.UNAVAILABLE, message, local=True, ambiguous=False, not_processed=True)
+class ResponseTooLarge(CallFailure):
+    """A response message over the client's receive limit (declared ``size`` bytes
+    against ``limit``): ``errors.ResponseTooLargeError``."""
 
-
-def lost(message: str) -> CallFailure:
-    """A call whose connection failed while the server may have been working on it."""
-    return CallFailure(Status.UNAVAILABLE, message, local=True, ambiguous=True)
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(None, f"a response of {size} bytes is over the limit of {limit}")
+        self.size = size
+        self.limit = limit

@@ -17,7 +17,7 @@ import ssl
 import sys
 from typing import NamedTuple, Optional, Protocol
 
-from sepp_lite import _otel
+from sepp_lite import _grpc, _otel
 from sepp_lite._http2 import (
     DEFAULT_CONFIG,
     Connection,
@@ -25,13 +25,13 @@ from sepp_lite._http2 import (
     Http2Config,
     Keepalive,
     RequestHead,
-    literal,
+    StreamFailure,
+    extra_fields,
     request_head,
-    timeout_value,
 )
 from sepp_lite._status import CallFailure, Status
 from sepp_lite._version import __version__
-from sepp_lite.errors import ConnectError, InvalidApiKeyError, map_failure
+from sepp_lite.errors import ConnectError, InvalidApiKeyError
 
 logger = _otel.logger()
 
@@ -273,7 +273,8 @@ def encode_metadata(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[bytes,
 
 class Transport(Protocol):
     """What the client needs from a transport: one unary call of raw bytes, ending
-    with the answer or a :class:`~sepp_lite.errors.SeppError`."""
+    with the answer or a :class:`~sepp_lite._status.CallFailure` (which the client
+    maps to a :class:`~sepp_lite.errors.SeppError` with ``errors.map_failure``)."""
 
     label: str  # the server's address, for messages
     tls: bool
@@ -288,12 +289,11 @@ class Transport(Protocol):
         request: bytes,
         deadline_at: float,
         extra_metadata: tuple[tuple[str, str], ...] = (),
-        kind: str = "generic",
-        timeout_hint: float = 30.0,
     ) -> bytes:
-        """Call ``method`` (``Reserve``, ...) and return the response message; the call
-        must end by ``deadline_at`` (``loop.time()``), which ``timeout_hint`` seconds
-        describe in messages. ``kind`` selects the status mapping (``errors``)."""
+        """Call ``method`` (``Reserve``, ...) with ``extra_metadata`` beside the
+        transport's own, and return the response message; the call must end by
+        ``deadline_at`` (``loop.time()``). Raises :class:`CallFailure`;
+        ``RuntimeError`` once the transport is closed."""
         ...
 
     async def close(self) -> None: ...
@@ -301,7 +301,13 @@ class Transport(Protocol):
 
 class Backoff:
     """Delays between connection attempts, as grpc's channel makes them
-    (connection-backoff.md): 1 s, then x1.6 up to 120 s, each jittered by +-20 %."""
+    (connection-backoff.md): 1 s, then x1.6 up to 120 s, each jittered by +-20 %.
+
+    Why back off at all: a server that is down or restarting would otherwise get a
+    connection attempt per call, from every client at once, just as it comes back.
+    Why jitter: clients that lost the same server at the same moment would retry in
+    lockstep. Why grpc's numbers: a sepp deployment mixes this client with grpc-based
+    ones, and one server should see one pattern."""
 
     INITIAL = 1.0
     MULTIPLIER = 1.6
@@ -322,7 +328,6 @@ class Backoff:
         self._next = self.INITIAL
 
 
-_GRPC_TIMEOUT = b"\x00\x0cgrpc-timeout"  # a literal without indexing, new name
 _TLS_PROBE_S = 2.0  # at most this long to learn whether a server that hung up speaks TLS
 
 
@@ -437,35 +442,11 @@ class Http2Transport:
         request: bytes,
         deadline_at: float,
         extra_metadata: tuple[tuple[str, str], ...] = (),
-        kind: str = "generic",
-        timeout_hint: float = 30.0,
     ) -> bytes:
         if self.closed:
             raise RuntimeError("this SeppClient is closed")
-        try:
-            return await self._call(method, request, deadline_at, extra_metadata)
-        except Exception as exc:
-            if (
-                isinstance(exc, CallFailure)
-                and exc.local
-                and exc.status is Status.DEADLINE_EXCEEDED
-            ):
-                exc.message += f" (the call's deadline was {timeout_hint:g} s)"
-            error = map_failure(exc, kind, f"{method} to {self.label}")  # type: ignore[arg-type]
-            if error is None or error is exc:
-                raise
-            # A failed connect keeps its socket or TLS error as the cause.
-            cause = exc.__cause__ if isinstance(exc, CallFailure) and exc.__cause__ else exc
-            raise error from cause
-
-    async def _call(
-        self,
-        method: str,
-        request: bytes,
-        deadline_at: float,
-        extra_metadata: tuple[tuple[str, str], ...],
-    ) -> bytes:
         head = self._heads.get(method) or self._head(method)
+        body = _grpc.frame(request)
         loop = asyncio.get_running_loop()
         attempts = self._config.transparent_retries + 1
         for attempt in range(attempts):
@@ -480,21 +461,31 @@ class Http2Transport:
                     local=True,
                     ambiguous=False,
                 )
-            value = timeout_value(remaining)
-            extra = _GRPC_TIMEOUT + bytes([len(value)]) + value
-            size = 44 + len(value)  # field_size(b"grpc-timeout", value)
+            # The server learns the deadline too, so it can stop working on a call
+            # whose caller has given up (and a long poll ends before it).
+            fields: tuple[tuple[bytes, bytes], ...] = (
+                (b"grpc-timeout", _grpc.timeout_value(remaining)),
+            )
             if extra_metadata:
-                block, more = _metadata_block(extra_metadata)
-                extra += block
-                size += more
+                fields += _encoded_metadata(extra_metadata)
+            extra, size = extra_fields(fields)
             try:
-                return await conn.call(head, extra, size, request, deadline_at, self._max_receive)
-            except CallFailure as failure:
-                if not failure.not_processed or attempt + 1 == attempts:
-                    raise
-                logger.debug(
-                    "%s to %s not processed (%s); sending it again", method, self.label, failure
+                return await conn.call(
+                    head, extra, size, body, deadline_at, _grpc.Reader(self._max_receive)
                 )
+            except StreamFailure as exc:
+                failure = _grpc.failure_of(exc)
+            # Transparent retry, as grpc does: a call the server never processed (a
+            # GOAWAY past its stream, REFUSED_STREAM, a connection closed before its
+            # stream opened) cannot have been applied, so sending it again is safe
+            # whatever the RPC, and the caller never sees a server's routine restart
+            # or connection rotation. Bounded, so a server that refuses everything
+            # still fails the call.
+            if not failure.not_processed or attempt + 1 == attempts:
+                raise failure from None
+            logger.debug(
+                "%s to %s not processed (%s); sending it again", method, self.label, failure
+            )
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _head(self, method: str) -> RequestHead:
@@ -504,7 +495,15 @@ class Http2Transport:
         return head
 
     async def _connection(self, deadline_at: float) -> Connection:
-        """The connection for a new call: the one being opened, or a new one."""
+        """The connection for a new call: the one being opened, or a new one.
+
+        Reconnecting is lazy, on the first call that needs a connection, so an idle
+        client holds none open after its server went away; the calls that arrive while
+        one is being opened share that attempt (a shield: one caller's deadline or
+        cancellation must not abort the others'). While a backoff runs, calls fail at
+        once with the last connect failure, as grpc's TRANSIENT_FAILURE does, rather
+        than wait: their caller's retry policy or deadline decides what waiting is
+        worth."""
         loop = asyncio.get_running_loop()
         connecting = self._connecting
         if connecting is None:
@@ -617,14 +616,8 @@ def _authority(target: Target) -> bytes:
     return str(target).encode("ascii")
 
 
-def _metadata_block(metadata: tuple[tuple[str, str], ...]) -> tuple[bytes, int]:
-    block = b""
-    size = 0
-    for name, value in metadata:
-        raw_name, raw_value = name.encode("ascii"), value.encode("ascii")
-        block += literal(raw_name, raw_value)
-        size += len(raw_name) + len(raw_value) + 32
-    return block, size
+def _encoded_metadata(metadata: tuple[tuple[str, str], ...]) -> tuple[tuple[bytes, bytes], ...]:
+    return tuple((name.encode("ascii"), value.encode("ascii")) for name, value in metadata)
 
 
 def _check_alpn(transport: asyncio.BaseTransport) -> None:

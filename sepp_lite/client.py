@@ -41,6 +41,7 @@ from sepp_lite._http2 import Keepalive
 from sepp_lite._lease import Lease
 from sepp_lite._redact import protect_credentials_in_logs
 from sepp_lite._retry import RETRIED_BY_POLICY, call_with_retry
+from sepp_lite._status import CallFailure
 from sepp_lite._time import Duration, as_timedelta, datetime_to_ms
 from sepp_lite._transport import (
     DEFAULT_MAX_RECEIVE,
@@ -283,30 +284,41 @@ class SeppClient:
         method: str,
         request: bytes,
         *,
-        kind: str = "generic",
+        kind: errors.CallKind = "generic",
         all_keyed: bool = True,
         timeout: float | None = None,
     ) -> bytes:
         """One logical call: a deadline for all its attempts, retried per the policy
-        when ``RETRIED_BY_POLICY`` says it applies to ``method``."""
+        when ``RETRIED_BY_POLICY`` says it applies to ``method``; a failure raised as
+        ``errors.map_failure`` says for ``kind``."""
         if len(request) > _validate.MAX_REQUEST_BYTES:
             raise errors.RequestTooLargeError.before_sending(
                 method, len(request), _validate.MAX_REQUEST_BYTES
             )
         seconds = self._rpc_timeout if timeout is None else timeout
         deadline_at = asyncio.get_running_loop().time() + seconds
-        transport = self._transport
         if not RETRIED_BY_POLICY[method] or self._retry_policy.max_attempts <= 1:
-            trace = _otel.call_metadata() if _otel.AVAILABLE else ()
-            return await transport.unary(method, request, deadline_at, trace, kind, seconds)
+            return await self._unary(method, request, deadline_at, kind, seconds)
 
         async def attempt() -> bytes:
-            trace = _otel.call_metadata() if _otel.AVAILABLE else ()
-            return await transport.unary(method, request, deadline_at, trace, kind, seconds)
+            return await self._unary(method, request, deadline_at, kind, seconds)
 
         return await call_with_retry(
             method, attempt, self._retry_policy, deadline_at, all_keyed=all_keyed
         )
+
+    async def _unary(
+        self, method: str, request: bytes, deadline_at: float, kind: errors.CallKind, seconds: float
+    ) -> bytes:
+        """One attempt on the transport; its failure as a SeppError."""
+        transport = self._transport
+        trace = _otel.call_metadata() if _otel.AVAILABLE else ()
+        try:
+            return await transport.unary(method, request, deadline_at, trace)
+        except CallFailure as failure:
+            where = f"{method} to {transport.label}"
+            error = errors.map_failure(failure, kind, where, seconds)
+            raise error from failure.__cause__ or failure
 
     # -- producing --------------------------------------------------------------------
 

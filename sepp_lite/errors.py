@@ -44,11 +44,9 @@ failed), which is what the retry policy decides on.
 
 from __future__ import annotations
 
-import asyncio
-import ssl
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
-from sepp_lite._status import CallFailure, Status
+from sepp_lite._status import CallFailure, ResponseTooLarge, Status
 
 if TYPE_CHECKING:
     from sepp_lite._rejections import (
@@ -394,32 +392,35 @@ def _transport_error(message: str, code: Status | None, ambiguous: bool) -> Tran
 
 
 def map_failure(
-    exc: BaseException, kind: CallKind = "generic", where: str = ""
-) -> SeppError | None:
-    """The sepp error for a failed call, or ``None`` when ``exc`` is not a call failure
-    (a bug or a cancellation, which must propagate as they are). ``where`` (the call
-    and the address) starts the message of failures that are not the server's answer.
+    failure: CallFailure,
+    kind: CallKind = "generic",
+    where: str = "",
+    timeout: Optional[float] = None,
+) -> SeppError:
+    """The sepp error for a failed call. ``kind`` says what a status means for this
+    RPC (NOT_FOUND from a lease RPC is :class:`JobNotFoundError`); ``where`` (the call
+    and the address) starts the message of failures that are not the server's answer;
+    ``timeout``, the call's deadline in seconds, is named when the deadline passed.
 
-    The only place transport, socket and TLS failures turn into sepp errors.
+    The only place transport, socket and TLS failures turn into sepp errors: the
+    client raises what it returns ``from`` the failure's cause (a socket or TLS
+    error, grpclib's exception) or the failure itself.
     """
-    prefix = f"{where}: " if where else ""
-    if isinstance(exc, SeppError):
-        return exc
-    if isinstance(exc, CallFailure):
-        if exc.local or exc.status is None:
-            ambiguous = exc.status in AMBIGUOUS_CODES if exc.ambiguous is None else exc.ambiguous
-            error = _transport_error(prefix + exc.message, exc.status, ambiguous)
-            error.retry_after = exc.retry_after
-            return error
-        return _status_error(exc.status, exc.message, kind)
-    if isinstance(exc, asyncio.TimeoutError):
-        return _transport_error(f"{prefix}deadline exceeded", Status.DEADLINE_EXCEEDED, True)
-    if isinstance(exc, ssl.SSLError):
-        # Certificate or handshake trouble does not heal by retrying.
-        return _transport_error(f"{prefix}TLS failure: {exc}", None, False)
-    if isinstance(exc, OSError):
-        return _transport_error(f"{prefix}connection failed: {exc}", Status.UNAVAILABLE, False)
-    return None
+    if isinstance(failure, ResponseTooLarge):
+        return ResponseTooLargeError(failure.size, failure.limit)
+    if failure.local or failure.status is None:
+        message = failure.message
+        if timeout is not None and failure.local and failure.status is Status.DEADLINE_EXCEEDED:
+            message += f" (the call's deadline was {timeout:g} s)"
+        ambiguous = (
+            failure.status in AMBIGUOUS_CODES if failure.ambiguous is None else failure.ambiguous
+        )
+        error = _transport_error(
+            f"{where}: {message}" if where else message, failure.status, ambiguous
+        )
+        error.retry_after = failure.retry_after
+        return error
+    return _status_error(failure.status, failure.message, kind)
 
 
 # What __all__ names but this module does not define: the JobRejection values.

@@ -4,6 +4,7 @@ here, and so does a path outside the repository)."""
 
 from __future__ import annotations
 
+import ast
 import importlib
 import inspect
 import re
@@ -169,3 +170,49 @@ def test_the_page_shows_the_worker_as_it_is_constructed() -> None:
     worker = [p for p in inspect.signature(sepp_lite.Worker).parameters]
     assert worker[:3] == ["client", "queues", "lease_duration"]
     assert ("Worker", ["client", "queues", "lease_duration", "..."]) in call_mentions()
+
+
+# -- HPACK stays inside _http2 --------------------------------------------------------
+
+_HEADER_NAME = re.compile(rb"^:?[a-z0-9][a-z0-9-]*$")
+
+
+def hpack_literal(data: bytes) -> bool:
+    """Whether ``data`` starts like an HPACK literal field with a new name (RFC 7541
+    §6.2: 0x00 without indexing, 0x10 never indexed, 0x40 incremental), its 7-bit
+    length and that many bytes of a header name: ``b"\\x00\\x0cgrpc-timeout"``."""
+    if len(data) < 3 or data[0] not in (0x00, 0x10, 0x40):
+        return False
+    length = data[1]
+    return 0 < length < 127 and _HEADER_NAME.match(data[2 : 2 + length]) is not None
+
+
+def test_the_hpack_detector_finds_a_hand_made_literal() -> None:
+    assert hpack_literal(b"\x00\x0cgrpc-timeout\x02" + b"1S")
+    assert hpack_literal(b"\x10\x0dauthorization")
+    assert not hpack_literal(b"\x00")  # gRPC's message prefix starts with it
+    assert not hpack_literal(b"\x00\x00\x00\x00\x05")
+
+
+def test_no_hpack_bytes_are_composed_outside_http2() -> None:
+    """Header blocks are ``_http2/_headers.py``'s: elsewhere, no bytes constant is an
+    HPACK literal and no field size (``len(...) + 32``) is computed by hand."""
+    package = ROOT / "sepp_lite"
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        if relative.startswith(("sepp_lite/_http2/", "sepp_lite/_proto/")):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, bytes):
+                if hpack_literal(node.value):
+                    found.append(f"{relative}:{node.lineno}: {node.value!r}")
+            elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+                sides = (node.left, node.right)
+                if any(isinstance(s, ast.Constant) and s.value == 32 for s in sides) and any(
+                    isinstance(c, ast.Call) and getattr(c.func, "id", None) == "len"
+                    for s in sides
+                    for c in ast.walk(s)
+                ):
+                    found.append(f"{relative}:{node.lineno}: a field size by hand")
+    assert not found, "HPACK composed outside _http2:\n" + "\n".join(found)

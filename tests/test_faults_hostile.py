@@ -49,8 +49,8 @@ from sepp_lite._codec.lease import (
     encode_ack_response,
     encode_nack_response,
 )
-from sepp_lite._http2._headers import parse_fields
-from sepp_lite._http2._stream import head_problem
+from sepp_lite._grpc import grpc_message, grpc_status, head_problem
+from sepp_lite._http2 import parse_fields
 from sepp_lite._status import CallFailure
 from sepp_lite.errors import Status
 from tests import test_codec_fuzz
@@ -145,8 +145,8 @@ _header_values = _text | st.sampled_from(
 def test_status_and_header_decoders_only_return_values(headers: list[tuple[str, str]]) -> None:
     fields = [(name.encode("utf-8"), value.encode("utf-8")) for name, value in headers]
     response = parse_fields(fields)
-    assert response.grpc_status is None or isinstance(response.grpc_status, Status)
-    assert isinstance(response.grpc_message, str)
+    assert grpc_status(response) is None or isinstance(grpc_status(response), Status)
+    assert isinstance(grpc_message(response), str)
     problem = head_problem(response)
     assert problem is None or isinstance(problem, CallFailure)
     if problem is not None:

@@ -14,7 +14,7 @@ async def test_a_connection_keeps_a_bounded_record_of_closed_streams() -> None:
     async with sepp_server() as server:
         transport = GrpclibTransport(Channel(server.host, server.port))
         try:
-            await transport.unary("GetServerInfo", b"", _deadline(), timeout_hint=5)
+            await transport.unary("GetServerInfo", b"", _deadline())
             assert transport.connections_opened == 1
             # The limit lives in grpclib's and h2's internals, with no public accessor.
             protocol = transport.channel._protocol

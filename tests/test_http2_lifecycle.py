@@ -8,6 +8,7 @@ import gc
 import struct
 
 from sepp_lite import SeppClient
+from sepp_lite._grpc import Reader
 from sepp_lite._http2 import ConnectionState, Http2Config, Keepalive
 from sepp_lite._http2 import _frames as f
 from sepp_lite._http2._headers import request_head
@@ -102,7 +103,7 @@ async def test_a_call_whose_task_is_gone_leaves_no_unretrieved_failure() -> None
             fields = ((b"content-type", b"application/grpc"), (b"te", b"trailers"))
             path = b"/sepp.v1.QueueService/GetServerInfo"
             head = request_head(path, tls=False, authority=b"localhost", fields=fields)
-            call = conn.call(head, b"", 0, b"\x00\x00\x00\x00\x00", loop.time() + 10, 1024)
+            call = conn.call(head, b"", 0, b"\x00\x00\x00\x00\x00", loop.time() + 10, Reader(1024))
             call.send(None)  # sent; it now waits for the answer, as an interrupted task did
             await asyncio.wait_for(held.wait(), 5)
             conn.close("the client was closed")  # fails the call's stream

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from sepp_lite._grpc import grpc_message, grpc_status, timeout_value
 from sepp_lite._http2 import _frames as f
 from sepp_lite._http2._headers import (
     ResponseDecoder,
     literal,
     parse_fields,
     request_head,
-    timeout_value,
 )
 from sepp_lite._status import Status
 from sepp_lite._transport import Backoff
@@ -136,10 +136,10 @@ def test_response_blocks_are_cached_only_once_the_peer_table_is_empty() -> None:
 
 def test_grpc_status_and_message_parse_like_grpc() -> None:
     parsed = parse_fields([(b"grpc-status", b"5"), (b"grpc-message", b"job%20%E2%82%AC gone%zz")])
-    assert parsed.grpc_status is Status.NOT_FOUND
-    assert parsed.grpc_message == "job \u20ac gone%zz"
+    assert grpc_status(parsed) is Status.NOT_FOUND
+    assert grpc_message(parsed) == "job \u20ac gone%zz"
     for bad in (b"99", b"-1", b"x", b"", b"1" * 20):
-        assert parse_fields([(b"grpc-status", bad)]).grpc_status is Status.UNKNOWN
+        assert grpc_status(parse_fields([(b"grpc-status", bad)])) is Status.UNKNOWN
 
 
 def test_backoff_follows_grpc_connection_backoff() -> None:

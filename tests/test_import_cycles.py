@@ -133,6 +133,22 @@ def test_sepp_lite_has_no_import_cycles() -> None:
     assert not cycles, "import cycles:\n" + "\n\n".join(describe(graph, c) for c in cycles)
 
 
+def test_the_http2_package_imports_nothing_else_of_sepp_lite() -> None:
+    # _http2 is a plain HTTP/2 client: gRPC's rules are _grpc's, errors the client's.
+    graph = import_graph(Path(sepp_lite.__file__).parent)
+    inside = "sepp_lite._http2"
+    modules = [name for name in graph if name == inside or name.startswith(inside + ".")]
+    assert len(modules) >= 5, modules  # the package and its modules are in the graph
+    assert "sepp_lite._http2._headers" in graph["sepp_lite._http2._connection"]
+    outside = {
+        f"{module} -> {target} ({where})"
+        for module in modules
+        for target, where in graph[module].items()
+        if target != inside and not target.startswith(inside + ".")
+    }
+    assert not outside, "_http2 imports other sepp_lite modules:\n" + "\n".join(sorted(outside))
+
+
 def _write(root: Path, files: dict[str, str]) -> None:
     for name, text in files.items():
         path = root / name

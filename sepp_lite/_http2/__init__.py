@@ -1,15 +1,19 @@
-"""The client's own HTTP/2 connection, for gRPC unary calls (RFC 9113, RFC 7541).
+"""The client's own HTTP/2 connection (RFC 9113, RFC 7541): a plain HTTP/2 client
+that imports nothing else of sepp_lite.
 
 - ``_frames``: frame layout, the numbers, the frames a client writes.
-- ``_headers``: request header blocks (built once per method, never indexed) and
-  response decoding with ``hpack`` (cached when the peer's table is empty).
-- ``_stream``: one call's stream: request bytes waiting for window, the answer.
+- ``_headers``: request header blocks (built once per method, never indexed, plus
+  per-request literals) and response decoding with ``hpack`` (cached when the peer's
+  table is empty).
+- ``_stream``: one request's stream: request bytes waiting for window, the answer
+  handed to its reader in order, and how a stream fails (``StreamFailure``).
 - ``_connection``: the asyncio Protocol that owns the connection's state
   (``ConnectionState``), flow control, SETTINGS, PING, GOAWAY and the streams.
 - ``_config``: our side's knobs, in one place.
 
-Which connection a call uses, reconnecting and transparent retries live in
-``sepp_lite._transport``.
+What a gRPC answer means (statuses, message framing, grpc-timeout) is
+``sepp_lite._grpc``'s; which connection a call uses, reconnecting and transparent
+retries live in ``sepp_lite._transport``.
 """
 
 from __future__ import annotations
@@ -21,17 +25,33 @@ from sepp_lite._http2._connection import (
     HandshakeFailure,
     Keepalive,
 )
-from sepp_lite._http2._headers import RequestHead, literal, request_head, timeout_value
+from sepp_lite._http2._frames import CANCEL, ENHANCE_YOUR_CALM, INADEQUATE_SECURITY
+from sepp_lite._http2._headers import (
+    RequestHead,
+    Response,
+    extra_fields,
+    parse_fields,
+    request_head,
+)
+from sepp_lite._http2._stream import BodyReader, Failed, Outcome, StreamFailure
 
 __all__ = [
+    "CANCEL",
     "DEFAULT_CONFIG",
+    "ENHANCE_YOUR_CALM",
+    "INADEQUATE_SECURITY",
+    "BodyReader",
     "Connection",
     "ConnectionState",
+    "Failed",
     "HandshakeFailure",
     "Http2Config",
     "Keepalive",
+    "Outcome",
     "RequestHead",
-    "literal",
+    "Response",
+    "StreamFailure",
+    "extra_fields",
+    "parse_fields",
     "request_head",
-    "timeout_value",
 ]

@@ -44,8 +44,18 @@ from sepp_lite._http2._headers import (
     RequestHead,
     ResponseDecoder,
 )
-from sepp_lite._http2._stream import Outcome, Stream
-from sepp_lite._status import CallFailure, Status, lost, not_processed
+from sepp_lite._http2._stream import (
+    BodyReader,
+    Outcome,
+    Stream,
+    StreamFailure,
+    deadline,
+    lost,
+    not_processed,
+    peer_error,
+    reset,
+    unsendable,
+)
 
 logger = logging.getLogger("sepp_lite.http2")
 
@@ -296,25 +306,23 @@ class Connection(asyncio.BufferedProtocol):
         extra_size: int,
         message: bytes,
         deadline_at: float,
-        max_receive: int,
+        reader: BodyReader,
     ) -> bytes:
-        """One unary call: ``head`` plus ``extra`` (per-call fields) as its header
-        block, ``message`` as its request. Raises :class:`CallFailure` (or
-        ``ResponseTooLargeError``); a CancelledError resets the stream."""
+        """One request: ``head`` plus ``extra`` (per-call fields) as its header block,
+        ``message`` as its body; ``reader`` reads the answer. Raises
+        :class:`StreamFailure` or the reader's failure; a CancelledError resets the
+        stream."""
         if self._waiters or len(self._streams) + self._reserved >= self._peer_max_streams:
             await self._wait_for_slot(deadline_at)
         if self.state is not ConnectionState.OPEN:
             raise not_processed(self._close_reason)
         limit = self._peer_max_headers
         if limit is not None and head.size + extra_size > limit:
-            raise CallFailure(
-                Status.INTERNAL,
+            raise unsendable(
                 f"the request's headers ({head.size + extra_size} bytes) are over the "
-                f"server's limit ({limit} bytes)",
-                local=True,
-                ambiguous=False,
+                f"server's limit ({limit} bytes)"
             )
-        stream = self._open(head.block + extra, message, max_receive)
+        stream = self._open(head.block + extra, message, reader)
         timer = self._loop.call_at(deadline_at, self._expire, stream)
         try:
             return await stream.future
@@ -324,7 +332,7 @@ class Connection(asyncio.BufferedProtocol):
         finally:
             timer.cancel()
 
-    def _open(self, block: bytes, message: bytes, max_receive: int) -> Stream:
+    def _open(self, block: bytes, message: bytes, reader: BodyReader) -> Stream:
         stream_id = self._next_id
         self._next_id = stream_id + 2
         if self._table_update:
@@ -335,13 +343,13 @@ class Connection(asyncio.BufferedProtocol):
             self._loop.create_future(),
             self._peer_window,
             self._config.stream_window,
-            max_receive,
+            reader,
         )
         self._streams[stream_id] = stream
         if self._next_id > f.MAX_STREAM_ID:
             self._drain("the connection used up its stream ids")
         self._out.append(f.header_frames(stream_id, block, self._peer_max_frame, False))
-        body = b"\0" + len(message).to_bytes(4, "big") + message
+        body = message
         size = len(body)
         if size <= _DATA_CHUNK and size <= stream.send_window and size <= self._send_window:
             # The common case: the whole request is one chunk, and the windows take it.
@@ -438,12 +446,10 @@ class Connection(asyncio.BufferedProtocol):
     def _waiter_expired(self, waiter: asyncio.Future[None]) -> None:
         if not waiter.done():
             waiter.set_exception(
-                CallFailure(
-                    Status.DEADLINE_EXCEEDED,
+                deadline(
                     "deadline exceeded while waiting for a free stream "
                     f"(the server allows {self._peer_max_streams} at once)",
-                    local=True,
-                    ambiguous=False,
+                    sent=False,
                 )
             )
 
@@ -458,12 +464,7 @@ class Connection(asyncio.BufferedProtocol):
     def _expire(self, stream: Stream) -> None:
         if self._streams.get(stream.id) is stream:
             self._reset(stream, f.CANCEL)
-            self._complete(
-                stream,
-                CallFailure(
-                    Status.DEADLINE_EXCEEDED, "deadline exceeded", local=True, ambiguous=True
-                ),
-            )
+            self._complete(stream, deadline("deadline exceeded", sent=True))
 
     def _abandon(self, stream: Stream) -> None:
         if self._streams.get(stream.id) is stream:
@@ -614,7 +615,7 @@ class Connection(asyncio.BufferedProtocol):
         stream.recv_window -= length
         if stream.recv_window < 0:
             self._reset(stream, f.FLOW_CONTROL_ERROR)
-            self._complete(stream, CallFailure(Status.INTERNAL, "DATA beyond the stream window"))
+            self._complete(stream, peer_error("DATA beyond the stream window"))
             return
         outcome = stream.on_data(payload) if payload else None
         if outcome is not None:
@@ -704,7 +705,7 @@ class Connection(asyncio.BufferedProtocol):
         if increment == 0 or stream.send_window + increment > f.MAX_WINDOW:
             problem = "a WINDOW_UPDATE of 0" if increment == 0 else "the stream window overflowed"
             self._reset(stream, f.PROTOCOL_ERROR if increment == 0 else f.FLOW_CONTROL_ERROR)
-            self._complete(stream, CallFailure(Status.INTERNAL, f"the server sent {problem}"))
+            self._complete(stream, peer_error(f"the server sent {problem}"))
             return
         stream.send_window += increment
         if stream.send_window > 0 and self._blocked.pop(stream_id, None) is not None:
@@ -1002,14 +1003,9 @@ def _unpad(payload: bytes) -> bytes:
     return payload[1 : len(payload) - pad]
 
 
-def _reset_failure(code: int) -> CallFailure:
-    """A stream the server reset, as gRPC's PROTOCOL-HTTP2 maps RST_STREAM codes."""
+def _reset_failure(code: int) -> StreamFailure:
+    """A stream the server reset; REFUSED_STREAM says it was not processed (§8.7)."""
     text = f"the server reset the stream ({f.error_name(code)})"
     if code == f.REFUSED_STREAM:
         return not_processed(text)
-    status = {
-        f.CANCEL: Status.CANCELLED,
-        f.ENHANCE_YOUR_CALM: Status.RESOURCE_EXHAUSTED,
-        f.INADEQUATE_SECURITY: Status.PERMISSION_DENIED,
-    }.get(code, Status.INTERNAL)
-    return CallFailure(status, text)
+    return reset(code, text)

@@ -3,7 +3,9 @@
 Our encoder keeps no state: every field is a literal *without indexing* (or
 *never indexed* for secrets), with the name taken from HPACK's static table where
 it is there, and values are not Huffman-coded. So a method's block is the same for
-every call and is built once; only ``grpc-timeout`` and trace headers vary.
+every call and is built once (:class:`RequestHead`); the fields that vary per call
+are literals appended to it (:func:`extra_fields`). No HPACK byte is composed outside
+this module.
 
 Responses go through ``hpack.Decoder``, which follows the peer's dynamic table.
 We advertise a dynamic table of 0 bytes: a peer that honours it starts a block with
@@ -15,9 +17,8 @@ block, before anything is cached (RFC 7541 §4.2).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any, NamedTuple, Optional
-
-from sepp_lite._status import Status, status_of
 
 # RFC 7541 Appendix A: static-table indexes of the names we send.
 _STATIC_NAMES = {
@@ -52,16 +53,42 @@ def _string(data: bytes) -> bytes:
 
 def literal(name: bytes, value: bytes, *, never_indexed: bool = False) -> bytes:
     """One field as a literal without indexing (0000xxxx) or never indexed (0001xxxx)."""
-    flag = 0x10 if never_indexed else 0x00
-    index = _STATIC_NAMES.get(name)
-    if index is not None:
-        return _integer(index, 4, flag) + _string(value)
-    return bytes([flag]) + _string(name) + _string(value)
+    size = len(value)
+    # Short values (the per-call fields) take the one-byte length at once.
+    length = bytes((size,)) if size < 127 else _integer(size, 7, 0)
+    return _name_part(name, never_indexed) + length + value
+
+
+_NAME_PARTS: dict[tuple[bytes, bool], bytes] = {}
+
+
+def _name_part(name: bytes, never_indexed: bool) -> bytes:
+    """A literal's first byte(s) and its name, kept per name: the names are few."""
+    part = _NAME_PARTS.get((name, never_indexed))
+    if part is None:
+        flag = 0x10 if never_indexed else 0x00
+        index = _STATIC_NAMES.get(name)
+        part = _integer(index, 4, flag) if index is not None else bytes([flag]) + _string(name)
+        if len(_NAME_PARTS) < 256:  # bounded whatever names callers send
+            _NAME_PARTS[(name, never_indexed)] = part
+    return part
 
 
 def field_size(name: bytes, value: bytes) -> int:
     """A field's size as SETTINGS_MAX_HEADER_LIST_SIZE counts it (RFC 9113 §6.5.2)."""
     return len(name) + len(value) + 32
+
+
+def extra_fields(fields: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, int]:
+    """Fields to append to a :class:`RequestHead`'s block for one request, as literals
+    without indexing, and their ``field_size`` sum (``Connection.call``'s ``extra`` and
+    ``extra_size``)."""
+    parts = []
+    size = 0
+    for name, value in fields:
+        parts.append(literal(name, value))
+        size += len(name) + len(value) + 32
+    return b"".join(parts), size
 
 
 class RequestHead(NamedTuple):
@@ -85,60 +112,19 @@ def request_head(
     return RequestHead(b"".join(parts), size)
 
 
-def timeout_value(seconds: float) -> bytes:
-    """A ``grpc-timeout`` value (at most 8 digits and a unit), rounded up."""
-    millis = max(1, -int(-seconds * 1000 // 1))
-    if millis < 100_000_000:
-        return b"%dm" % millis
-    return b"%dS" % min(-int(-seconds // 1), 99_999_999)
-
-
 class Response(NamedTuple):
-    """What a response or trailer block says, as far as a gRPC client cares."""
+    """A decoded response or trailer block: ``:status`` and ``content-type`` (None
+    when absent), and every field by name (the last one of a repeated name)."""
 
     http_status: Optional[bytes]
     content_type: Optional[bytes]
-    grpc_status: Optional[Status]
-    grpc_message: str
+    fields: dict[bytes, bytes]
 
 
-def parse_fields(fields: list[tuple[bytes, bytes]]) -> Response:
-    """The fields a gRPC client reads, from a decoded block."""
-    http_status = content_type = grpc_status = None
-    message = b""
-    for name, value in fields:
-        if name == b":status":
-            http_status = value
-        elif name == b"content-type":
-            content_type = value
-        elif name == b"grpc-status":
-            grpc_status = _grpc_status(value)
-        elif name == b"grpc-message":
-            message = value
-    return Response(http_status, content_type, grpc_status, _percent_decoded(message))
-
-
-def _percent_decoded(message: bytes) -> str:
-    """grpc-message is percent-encoded UTF-8 (gRPC's PROTOCOL-HTTP2); a ``%`` not
-    followed by two hex digits stays as it is."""
-    if b"%" not in message:
-        return message.decode("utf-8", "replace")
-    parts = message.split(b"%")
-    out = bytearray(parts[0])
-    for part in parts[1:]:
-        if len(part) >= 2 and part[0] in _HEX and part[1] in _HEX:
-            out.append(int(part[:2], 16))
-            out += part[2:]
-        else:
-            out += b"%" + part
-    return out.decode("utf-8", "replace")
-
-
-_HEX = frozenset(b"0123456789abcdefABCDEF")
-
-
-def _grpc_status(value: bytes) -> Status:
-    return status_of(int(value)) if value.isdigit() and len(value) < 10 else Status.UNKNOWN
+def parse_fields(fields: Iterable[tuple[bytes, bytes]]) -> Response:
+    """A decoded block's fields as a :class:`Response`."""
+    by_name = dict(fields)
+    return Response(by_name.get(b":status"), by_name.get(b"content-type"), by_name)
 
 
 _CACHE_ENTRIES = 256  # distinct cached blocks; typical peers use a handful
@@ -173,7 +159,7 @@ class ResponseDecoder:
             fields = self._decoder.decode(block, raw=True)
         except self._errors as exc:
             raise HeaderBlockError(str(exc)) from None
-        response = parse_fields(fields)  # type: ignore[arg-type]
+        response = parse_fields(fields)
         if (
             was_empty
             and self._table.maxsize == 0
