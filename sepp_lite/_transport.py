@@ -339,6 +339,11 @@ class Http2Transport:
     the old one finish there. A call the server never processed is sent again, as
     grpc's transparent retries do; failed connection attempts back off as grpc's
     channel does, and calls during the backoff fail at once with UNAVAILABLE.
+
+    Why a new connection beside a draining one rather than after it: a server sends
+    GOAWAY to shed or rotate connections (a restart, a load balancer's connection
+    age), and the calls it already took are worth finishing where they are, while
+    new ones should not wait for the slowest of them (a long poll can take minutes).
     """
 
     def __init__(

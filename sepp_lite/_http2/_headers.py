@@ -54,24 +54,26 @@ def _string(data: bytes) -> bytes:
 def literal(name: bytes, value: bytes, *, never_indexed: bool = False) -> bytes:
     """One field as a literal without indexing (0000xxxx) or never indexed (0001xxxx)."""
     size = len(value)
-    # Short values (the per-call fields) take the one-byte length at once.
+    # Short values (the per-call fields) take their one-byte length at once.
     length = bytes((size,)) if size < 127 else _integer(size, 7, 0)
-    return _name_part(name, never_indexed) + length + value
-
-
-_NAME_PARTS: dict[tuple[bytes, bool], bytes] = {}
-
-
-def _name_part(name: bytes, never_indexed: bool) -> bytes:
-    """A literal's first byte(s) and its name, kept per name: the names are few."""
-    part = _NAME_PARTS.get((name, never_indexed))
+    if never_indexed:
+        return _name_part(name, 0x10) + length + value
+    part = _PLAIN_NAMES.get(name)
     if part is None:
-        flag = 0x10 if never_indexed else 0x00
-        index = _STATIC_NAMES.get(name)
-        part = _integer(index, 4, flag) if index is not None else bytes([flag]) + _string(name)
-        if len(_NAME_PARTS) < 256:  # bounded whatever names callers send
-            _NAME_PARTS[(name, never_indexed)] = part
-    return part
+        part = _name_part(name, 0x00)
+        if len(_PLAIN_NAMES) < 64:  # the per-call names are few; callers' are bounded
+            _PLAIN_NAMES[name] = part
+    return part + length + value
+
+
+_PLAIN_NAMES: dict[bytes, bytes] = {}  # a literal's first byte(s) and name, by name
+
+
+def _name_part(name: bytes, flag: int) -> bytes:
+    index = _STATIC_NAMES.get(name)
+    if index is not None:
+        return _integer(index, 4, flag)
+    return bytes((flag,)) + _string(name)
 
 
 def field_size(name: bytes, value: bytes) -> int:
@@ -83,12 +85,12 @@ def extra_fields(fields: Iterable[tuple[bytes, bytes]]) -> tuple[bytes, int]:
     """Fields to append to a :class:`RequestHead`'s block for one request, as literals
     without indexing, and their ``field_size`` sum (``Connection.call``'s ``extra`` and
     ``extra_size``)."""
-    parts = []
+    block = b""
     size = 0
-    for name, value in fields:
-        parts.append(literal(name, value))
+    for name, value in fields:  # one or two fields: no list to join
+        block += literal(name, value)
         size += len(name) + len(value) + 32
-    return b"".join(parts), size
+    return block, size
 
 
 class RequestHead(NamedTuple):
