@@ -171,10 +171,9 @@ class Reader:
     def finish(self, trailers: Optional[Response]) -> Union[bytes, CallFailure]:
         """The call's result once the answer ended (``trailers`` None: without any)."""
         status = None if trailers is None else grpc_status(trailers)
-        if status is None:
+        if status is None or trailers is None:
             return _no_status()
         if status is not Status.OK:
-            assert trailers is not None
             return CallFailure(status, grpc_message(trailers))
         if self.received == 0:
             return CallFailure(Status.INTERNAL, "the server sent no response message")
