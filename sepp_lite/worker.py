@@ -23,7 +23,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
 from sepp_lite import _otel
-from sepp_lite._handlers import RegisteredHandler, check_handler
+from sepp_lite._handlers import RegisteredHandler, check_handler, handler_name
 from sepp_lite._lease import Lease
 from sepp_lite._observe import WorkerEvents, WorkerObserver
 from sepp_lite._retry import (
@@ -653,37 +653,41 @@ class Worker:
         return None
 
     async def _in_thread(self, handler: RegisteredHandler, job: Job) -> None:
-        """Run a plain-def handler in one of this worker's threads, in a copy of this
-        task's context (its tracing span), and wait for it. A thread cannot be
-        cancelled: a cancellation that comes while it runs waits for it to return (so
-        the job keeps its slot in max_in_flight until then), then propagates; one that
-        comes while the job still waits for a free thread stops it from starting."""
+        name = f"job {job.ctx.id}: its handler {handler.name}"
+        result = await self.run_in_thread(handler.fn, job.payload, job.ctx, name=name)
+        if inspect.isawaitable(result):
+            # A plain def that returned an awaitable (a sync wrapper around an async
+            # function): awaited here, once, on the event loop.
+            await result
+
+    async def run_in_thread(self, fn: Callable[..., T], *args: Any, name: str = "") -> T:
+        """Run ``fn(*args)`` in one of this worker's threads (``sync_threads``, the
+        pool plain-def handlers run in), in a copy of the calling task's context (its
+        tracing span), and wait for it; typed tasks written as a plain ``def`` run
+        this way. A thread cannot be cancelled: a cancellation that comes while it
+        runs waits for it to return (so the job keeps its slot in max_in_flight until
+        then), then propagates; one that comes while it still waits for a free thread
+        stops it from starting. ``name`` names ``fn`` in the warning about that wait."""
         threads = self._threads
         if threads is None:
             threads = self._threads = concurrent.futures.ThreadPoolExecutor(
                 self._sync_threads, thread_name_prefix=f"sepp-worker-{self.worker_id}"
             )
         call = contextvars.copy_context().run
-        running = threads.submit(call, handler.fn, job.payload, job.ctx)
+        running = threads.submit(call, fn, *args)
         waiter = asyncio.wrap_future(running)
         try:
-            result = await asyncio.shield(waiter)
+            return await asyncio.shield(waiter)
         except asyncio.CancelledError:
             if not running.cancel():
                 logger.warning(
-                    "job %s: its handler %s runs in a thread, which cannot be cancelled; "
-                    "waiting for it to return",
-                    job.ctx.id,
-                    handler.name,
+                    "%s runs in a thread, which cannot be cancelled; waiting for it to return",
+                    name or handler_name(fn),
                 )
                 await asyncio.wait({waiter})  # a second cancellation ends this wait
                 if not waiter.cancelled():
                     waiter.exception()  # its outcome no longer counts: seen, not raised
             raise
-        if inspect.isawaitable(result):
-            # A plain def that returned an awaitable (a sync wrapper around an async
-            # function): awaited here, once, on the event loop.
-            await result
 
     async def _handle_with_keeper(self, run: _Run, handler: RegisteredHandler) -> object:
         """Run the handler (in this task) with a lease keeper beside it."""
