@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import subprocess
+import sys
 from typing import Any, Optional
 
 import pytest
@@ -65,6 +67,16 @@ def test_the_protocol_is_public_and_every_event_is_a_noop() -> None:
     assert public == list(_observe.EVENTS)
     observer = sepp.WorkerObserver()
     assert observer.job_nacked(None, True) is None  # type: ignore[arg-type, func-returns-value]
+
+
+def test_the_protocol_loads_on_first_use_without_the_worker() -> None:
+    script = (
+        "import sys, sepp_lite\n"
+        "assert 'sepp_lite._observe' not in sys.modules\n"
+        "assert sepp_lite.WorkerObserver.__module__ == 'sepp_lite._observe'\n"
+        "assert 'sepp_lite.worker' not in sys.modules\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, timeout=60)
 
 
 async def test_an_observer_sees_the_run_and_each_job_in_order(client: sepp.SeppClient) -> None:
