@@ -135,6 +135,7 @@ class WorkerEvents:
 
     @property
     def observers(self) -> tuple[WorkerObserver, ...]:
+        """The attached observers, in order."""
         return tuple(self._observers)
 
     def attach(self, observer: WorkerObserver) -> None:
