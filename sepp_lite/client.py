@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Optional
 
-from sepp_lite import _coalesce, _codec, _otel, _validate, errors
+from sepp_lite import _coalesce, _codec, _log, _otel, _validate, errors
 from sepp_lite._codec.dead_letters import (
     decode_drain_dead_letters_response,
     encode_drain_dead_letters_request,
@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Lease", "RetryDirective", "RetryPolicy", "SeppClient"]
 
-logger = _otel.logger()
+logger = _log.logger()
 
 _DEFAULT_CONNECT_TIMEOUT = timedelta(seconds=5)
 _DEFAULT_RPC_TIMEOUT = timedelta(seconds=30)

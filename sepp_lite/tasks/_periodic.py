@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Awaitable
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
-from sepp_lite import _otel
+from sepp_lite import _log
 from sepp_lite._periodic import PeriodicJob, PeriodicScheduler
 from sepp_lite._time import Duration
 from sepp_lite.tasks._task import check_task_function
@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = ["schedule_of", "scheduler_beside", "task_function"]
 
-logger = _otel.logger()
+logger = _log.logger()
 
 Fn = Callable[..., Any]
 

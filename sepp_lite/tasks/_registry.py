@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union, overload
 
-from sepp_lite import _otel, _validate
+from sepp_lite import _log, _validate
 from sepp_lite._periodic import (
     DEFAULT_DEDUP_WINDOW,
     DEFAULT_LOOKAHEAD,
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["State", "TaskWorker", "Tasks"]
 
-logger = _otel.logger()
+logger = _log.logger()
 
 I = TypeVar("I")  # noqa: E741
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar, Union, overload
 
-from sepp_lite import _otel
+from sepp_lite import _log
 from sepp_lite._time import Duration, as_timedelta, seconds_text
 from sepp_lite.tasks._codecs import Codec
 from sepp_lite.tasks._convert import InputError, type_name
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Backoff", "Middleware", "Retry", "Task"]
 
-logger = _otel.logger()
+logger = _log.logger()
 
 I = TypeVar("I")  # noqa: E741 - the task's input type, as in the docs
 
