@@ -70,41 +70,44 @@ async def test_run_from_loop_leaves_the_callers_loop_running(portal: LoopThread)
         await portal.run_from_loop(fail())
 
 
-async def test_cancelling_the_awaiting_task_cancels_the_coroutine(portal: LoopThread) -> None:
-    started, cancelled = threading.Event(), threading.Event()
+class Forever:
+    """A coroutine that waits until it is cancelled, on a portal; and whether it has
+    started and whether it was cancelled, for any thread to wait for."""
 
-    async def forever() -> None:
-        started.set()
+    def __init__(self) -> None:
+        self.started = threading.Event()
+        self.cancelled = threading.Event()
+
+    async def run(self) -> None:
+        self.started.set()
         try:
             await asyncio.sleep(3600)
         except asyncio.CancelledError:
-            cancelled.set()
+            self.cancelled.set()
             raise
 
-    waiting = asyncio.ensure_future(portal.run_from_loop(forever()))
-    await asyncio.get_running_loop().run_in_executor(None, started.wait, 30)
+    @classmethod
+    async def on(cls, portal: LoopThread) -> tuple[Forever, asyncio.Future[None]]:
+        """Started on ``portal``: itself, and the task awaiting it here."""
+        forever = cls()
+        waiting = asyncio.ensure_future(portal.run_from_loop(forever.run()))
+        assert await asyncio.get_running_loop().run_in_executor(None, forever.started.wait, 30)
+        return forever, waiting
+
+
+async def test_cancelling_the_awaiting_task_cancels_the_coroutine(portal: LoopThread) -> None:
+    forever, waiting = await Forever.on(portal)
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiting
-    assert await asyncio.get_running_loop().run_in_executor(None, cancelled.wait, 30)
+    assert await asyncio.get_running_loop().run_in_executor(None, forever.cancelled.wait, 30)
 
 
 async def test_stopping_cancels_what_is_left_and_ends_the_thread() -> None:
     portal = LoopThread("test-loop-thread")
-    started, cancelled = threading.Event(), threading.Event()
-
-    async def forever() -> None:
-        started.set()
-        try:
-            await asyncio.sleep(3600)
-        except asyncio.CancelledError:
-            cancelled.set()
-            raise
-
-    waiting = asyncio.ensure_future(portal.run_from_loop(forever()))
-    await asyncio.get_running_loop().run_in_executor(None, started.wait, 30)
+    forever, waiting = await Forever.on(portal)
     await portal.stop_from_loop()
-    assert cancelled.is_set()
+    assert forever.cancelled.is_set()
     assert portal.loop.is_closed()
     assert not any(t.name == "test-loop-thread" for t in threading.enumerate())
     with pytest.raises(asyncio.CancelledError):
