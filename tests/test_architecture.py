@@ -8,7 +8,6 @@ import ast
 import importlib
 import inspect
 import re
-import subprocess
 from functools import cache
 from pathlib import Path
 from typing import Any, Optional
@@ -18,6 +17,7 @@ import pytest
 import sepp_lite
 from sepp_lite import _transport
 from sepp_lite.testing import SeppTestServer
+from tests.repo_files import repo_files
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = (ROOT / "ARCHITECTURE.md").read_text()
@@ -42,14 +42,7 @@ CALLABLES: dict[str, Any] = {
 
 @cache
 def tracked_files() -> tuple[str, ...]:
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    return tuple(name for name in listed if (ROOT / name).exists())
+    return repo_files()
 
 
 @cache

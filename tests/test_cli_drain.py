@@ -16,7 +16,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Optional
 
 import pytest
 from grpclib.const import Status
@@ -24,38 +23,13 @@ from grpclib.exceptions import GRPCError
 
 import sepp_lite as sepp
 from sepp_lite.testing import SeppTestServer
+from tests.cli_helpers import child_env, sepp_lite, started
 from tests.client_helpers import unique_queue
 
 pytestmark = [
     pytest.mark.timeout(90),
     pytest.mark.skipif(sys.platform == "win32", reason="POSIX pipes and signals"),
 ]
-
-
-def child_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ("SEPP_ADDR", "SEPP_API_KEY")}
-
-
-@asynccontextmanager
-async def started(
-    *args: str, stdout: int = asyncio.subprocess.PIPE
-) -> AsyncIterator[asyncio.subprocess.Process]:
-    """``python -m sepp_lite args`` as a child process, killed if still running."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "sepp_lite",
-        *args,
-        stdout=stdout,
-        stderr=asyncio.subprocess.PIPE,
-        env=child_env(),
-    )
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.communicate()
 
 
 async def run_with_stdout_closed(*args: str) -> tuple[int, str]:
@@ -325,22 +299,6 @@ async def test_ctrl_c_stops_the_drain_after_the_call_in_flight(tmp_path: Path) -
 
 
 # -- requeue ----------------------------------------------------------------------------
-
-
-async def sepp_lite(*args: str, stdin: Optional[bytes] = None) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "sepp_lite",
-        *args,
-        stdin=None if stdin is None else asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=child_env(),
-    )
-    out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_requeue_twice_creates_no_duplicates(tmp_path: Path) -> None:
