@@ -10,8 +10,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import signal
 import sys
+from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
@@ -364,3 +366,34 @@ async def test_a_write_that_fails_midway_leaves_whole_lines(tmp_path: Path) -> N
     assert (len(written), len(printed), left) == (1, 2, 7)
     assert set(written) | set(printed) < every
     assert err.splitlines()[-1].startswith(f"error: cannot write to {out}: file too large; ")
+
+
+def test_drain_into_head_1_removes_only_what_head_printed() -> None:
+    # The newcomer's `drain-dead-letters --yes | head -1`, as a real shell pipeline: the
+    # drain waits until head has taken its line and had a moment to exit, so the next
+    # call is not made and no record ends up on stderr. Five times, as it was a race.
+    async def scenario() -> list[tuple[int, str, str, int]]:
+        results = []
+        async with SeppTestServer(dead_letter_retention_ms=60_000) as server:
+            queue = unique_queue()
+            await dead_letters(server, queue, 20)
+            for _ in range(5):
+                before = server.counts(queue).dead
+                command = (
+                    f"{shlex.quote(sys.executable)} -m sepp_lite drain-dead-letters "
+                    f"--addr {server.addr} --queue {queue} --yes | head -1; "
+                    "exit ${PIPESTATUS[0]}"
+                )
+                proc = await asyncio.create_subprocess_exec(
+                    "bash", "-c", command, stdout=PIPE, stderr=PIPE, env=child_env()
+                )
+                out, err = await asyncio.wait_for(proc.communicate(), 60)
+                assert proc.returncode is not None
+                removed = before - server.counts(queue).dead
+                results.append((proc.returncode, out.decode(), err.decode(), removed))
+        return results
+
+    for code, out, err, removed in asyncio.run(scenario()):
+        assert (len(out.splitlines()), removed) == (1, 1), (out, err)
+        assert code == 1 and err.startswith("error: stopped: the reader of stdout has gone"), err
+        assert "job_id" not in err  # no record had to be printed on stderr
