@@ -215,7 +215,7 @@ def _failure(ctx: JobCtx, outcome: BaseException) -> tuple[RetryDirective, str]:
 def _log_dead_letter(ctx: JobCtx, directive: RetryDirective, reason: str) -> None:
     """The one WARNING of a job this worker's nack sent to the dead letters."""
     if directive.kind == "dead_letter":
-        why = "the handler gave up on it (HandlerError.permanent)"
+        why = "a permanent failure (HandlerError.permanent), not retried"
     else:
         why = "its attempts are used up"
     logger.warning(
