@@ -337,7 +337,8 @@ class Connection(asyncio.BufferedProtocol):
     def _remove(self, stream: Stream) -> None:
         if self._streams.pop(stream.id, None) is None:
             return
-        self._send.discard(stream)
+        if stream.pending is not None:  # still has request DATA queued: not any more
+            self._send.discard(stream)
         if self._slots.waiters:
             self._wake_waiters()
         if self.state is ConnectionState.DRAINING and not self._streams:
