@@ -120,8 +120,8 @@ class Connection(asyncio.BufferedProtocol):
         self._out.append(f.PREFACE + local_settings(config))
         if config.connection_window > f.DEFAULT_WINDOW:
             # The connection window starts at 64 KiB whatever we advertise (SETTINGS
-            # only sets the streams'): open it at once, or one large response would
-            # stall the others for a round trip per 64 KiB.
+            # only sets the streams'): open it at once, or all responses together
+            # would get at most 64 KiB per round trip.
             self._out.append(f.window_update(0, config.connection_window - f.DEFAULT_WINDOW))
         self._settings_unacked += 1
         # A peer that never acknowledges our SETTINGS may not apply them (our limits,
