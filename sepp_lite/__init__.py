@@ -62,6 +62,7 @@ from sepp_lite.types import (
 
 if typing.TYPE_CHECKING:
     # What _LAZY below loads on first use, for type checkers.
+    from sepp_lite._observe import WorkerObserver
     from sepp_lite._periodic import PeriodicJob, PeriodicScheduler, periodic_slot
     from sepp_lite.errors import *  # noqa: F403
     from sepp_lite.shutdown import ShutdownHandle, shutdown_on_signals
@@ -138,6 +139,7 @@ __all__ = [
     "UnknownQueuesError",
     "UnknownRejection",
     "Worker",
+    "WorkerObserver",
     "__version__",
     "periodic_slot",
     "shutdown_on_signals",
@@ -146,6 +148,7 @@ __all__ = [
 # Loaded on first use, so ``import sepp_lite`` does not pay for what only some programs
 # need: the Worker, typed tasks, and the rejection values (sepp_lite/_rejections.py says why).
 _LAZY = dict.fromkeys(("DuplicateHandlerError", "HandlerError", "Worker"), "sepp_lite.worker")
+_LAZY["WorkerObserver"] = "sepp_lite._observe"
 _LAZY.update(dict.fromkeys(("ShutdownHandle", "shutdown_on_signals"), "sepp_lite.shutdown"))
 _LAZY.update(dict.fromkeys(("Task", "Tasks"), "sepp_lite.tasks"))
 _LAZY.update(

@@ -5,8 +5,8 @@ It answers ``GET`` and ``HEAD`` of a fixed set of paths, one request per connect
 Everything is bounded: the request head (line and headers) to 8 KiB, the time to read
 it and to write the answer, and the number of connections served at once, so a slow
 or hostile client cannot hold it. :class:`ThreadedHttpServer` runs it on its own
-event loop in a thread, so that it still answers while the worker's loop is blocked
-(which is what ``/livez`` must be able to say).
+event loop in a thread (``_loop_thread.LoopThread``), so that it still answers while
+the worker's loop is blocked (which is what ``/livez`` must be able to say).
 """
 
 from __future__ import annotations
@@ -14,9 +14,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
 from collections.abc import Mapping
 from typing import Callable, NamedTuple, Optional
+
+from sepp_lite._loop_thread import LoopThread
 
 logger = logging.getLogger("sepp_lite.monitor")
 
@@ -159,22 +160,14 @@ def _header(lines: list[str], name: str) -> str:
     return ""
 
 
-def _finish_tasks(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel the connections still being served and let them close their sockets."""
-    tasks = asyncio.all_tasks(loop)
-    for task in tasks:
-        task.cancel()
-    if tasks:
-        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
-
-
 class ThreadedHttpServer:
-    """An :class:`HttpServer` on its own event loop in a daemon thread."""
+    """An :class:`HttpServer` on its own event loop in a daemon thread (a
+    :class:`~sepp_lite._loop_thread.LoopThread`), started and closed from another
+    event loop, which goes on running meanwhile."""
 
     def __init__(self, routes: Mapping[str, Route]) -> None:
         self._http = HttpServer(routes)
-        self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._thread: Optional[threading.Thread] = None
+        self._portal: Optional[LoopThread] = None
 
     @property
     def host(self) -> str:
@@ -186,44 +179,22 @@ class ThreadedHttpServer:
 
     async def start(self, host: str, port: int) -> None:
         """Start the thread and listen; ``OSError`` when the address cannot be bound."""
-        started: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        caller = asyncio.get_running_loop()
-
-        def report(error: Optional[BaseException]) -> None:
-            if started.done():
-                return
-            if error is None:
-                started.set_result(None)
-            else:
-                started.set_exception(error)
-
-        def main() -> None:
-            loop = asyncio.new_event_loop()
-            self._loop = loop
-            try:
-                loop.run_until_complete(self._http.start(host, port))
-            except BaseException as error:  # reported to the caller, who raises it
-                caller.call_soon_threadsafe(report, error)
-                loop.close()
-                return
-            caller.call_soon_threadsafe(report, None)
-            try:
-                loop.run_forever()
-                loop.run_until_complete(self._http.close())
-                _finish_tasks(loop)
-            finally:
-                loop.close()
-
-        self._thread = threading.Thread(target=main, name="sepp-lite-http", daemon=True)
-        self._thread.start()
-        await started
+        portal = LoopThread("sepp-lite-http")
+        try:
+            await portal.run_from_loop(self._http.start(host, port))
+        except BaseException:
+            await portal.stop_from_loop()
+            raise
+        self._portal = portal
 
     async def close(self) -> None:
-        """Stop listening and end the thread (waits at most a few seconds)."""
-        loop, thread = self._loop, self._thread
-        self._loop = self._thread = None
-        if loop is None or thread is None:
+        """Stop listening, cancel the connections still being served, and end the
+        thread (waits at most a few seconds for each)."""
+        portal, self._portal = self._portal, None
+        if portal is None:
             return
-        with contextlib.suppress(RuntimeError):  # the loop already ended
-            loop.call_soon_threadsafe(loop.stop)
-        await asyncio.get_running_loop().run_in_executor(None, thread.join, WRITE_TIMEOUT_S * 2)
+        try:
+            with contextlib.suppress(RuntimeError):  # the loop ended already
+                await portal.run_from_loop(self._http.close())
+        finally:
+            await portal.stop_from_loop()

@@ -1,9 +1,13 @@
-"""An asyncio event loop in a daemon thread, and blocking calls into it.
+"""An asyncio event loop in a daemon thread, and calls into it from outside.
 
-The small version of anyio's ``BlockingPortal``: ``SeppServerThread`` runs the
-in-process server here. anyio would add a second concurrency layer (and a dependency)
-for what these few lines do. (The blocking client does not hand its calls to a thread:
-its callers run its loop themselves, ``_caller_loop.py``.)
+The small version of anyio's ``BlockingPortal``: start a loop in a thread, run
+coroutines on it from other threads (:meth:`LoopThread.run`, blocking) or from other
+event loops (:meth:`LoopThread.run_from_loop`, awaited), stop it cancelling whatever
+is left, join the thread. ``SeppServerThread`` runs the in-process server here, and
+the monitor its HTTP endpoint (``_httpd.ThreadedHttpServer``, which must answer while
+the worker's loop is blocked). anyio would add a second concurrency layer (and a
+dependency) for what these few lines do. (The blocking client does not hand its calls
+to a thread: its callers run its loop themselves, ``_caller_loop.py``.)
 """
 
 from __future__ import annotations
@@ -113,6 +117,18 @@ class LoopThread:
             raise RuntimeError("the call was cancelled: its event loop thread stopped")
         raise call.error
 
+    async def run_from_loop(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on this loop and await its outcome from another event loop,
+        which goes on running meanwhile. Cancelling the awaiting task cancels
+        ``coro``; stopping this loop first raises ``CancelledError`` in the awaiting
+        task. Raises ``RuntimeError`` when the loop is stopped already."""
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        except RuntimeError:  # the loop is closed
+            coro.close()
+            raise RuntimeError("the event loop thread is stopped") from None
+        return await asyncio.wrap_future(future)
+
     def _wait(self, call: _Call[Any]) -> None:
         while not call.done.acquire(timeout=_ALIVE_CHECK_S):
             if not self._thread.is_alive() and not call.done.acquire(blocking=False):
@@ -147,7 +163,16 @@ class LoopThread:
         to end; idempotent. From the loop's own thread it only asks the loop to stop."""
         self.stop_soon()
         if not self.in_loop_thread():
-            self._thread.join(_JOIN_TIMEOUT_S)
+            self._join()
+
+    async def stop_from_loop(self) -> None:
+        """:meth:`stop`, awaited from another event loop: the thread is joined in that
+        loop's default executor, so that loop goes on running meanwhile."""
+        self.stop_soon()
+        await asyncio.get_running_loop().run_in_executor(None, self._join)
+
+    def _join(self) -> None:
+        self._thread.join(_JOIN_TIMEOUT_S)
 
     def stop_soon(self) -> None:
         """Ask the loop to stop, without waiting (safe from any thread)."""

@@ -1,6 +1,8 @@
-"""Optional OpenTelemetry support. Every entry point degrades to a cheap no-op when
-``opentelemetry-api`` (the ``otel`` extra) is not installed; the application owns the
-tracer/meter providers and exporters.
+"""Optional OpenTelemetry tracing: the client's and the worker's spans and the W3C trace
+context. Every entry point degrades to a cheap no-op when ``opentelemetry-api`` (the
+``otel`` extra) is not installed; the application owns the tracer/meter providers and
+exporters. The worker's metrics are an observer of their own (``_otel_metrics.py``), and
+the logger that mirrors records onto spans is ``_log.py``.
 
 Trace context travels in W3C format through an explicit TraceContext propagator (not the
 global one), as the official clients do, so mixed fleets link up.
@@ -9,7 +11,6 @@ global one), as the official clients do, so mixed fleets link up.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator
 from typing import Any, Protocol
 
@@ -176,108 +177,10 @@ def consumer_span(
     return _span("sepp.process", SpanKind.CONSUMER, attributes, links)
 
 
-class WorkerMetrics:
-    """sepp-py's worker instruments (meter ``sepp``), or no-ops without OpenTelemetry."""
-
-    def __init__(self) -> None:
-        self.enabled = AVAILABLE
-        if not AVAILABLE:
-            return
-        from opentelemetry import metrics
-
-        meter = metrics.get_meter("sepp", __version__)
-        self._processed = meter.create_counter(
-            "sepp.jobs.processed", description="Jobs handled and acked."
-        )
-        self._nacked = meter.create_counter(
-            "sepp.jobs.nacked", description="Jobs nacked after a handler failure, by outcome."
-        )
-        self._in_flight = meter.create_up_down_counter(
-            "sepp.jobs.in_flight", description="Jobs whose handlers are running."
-        )
-        self._completed = meter.create_counter(
-            "sepp.reserves.completed", description="Reserve calls answered, by jobs=some|empty."
-        )
-        self._failed = meter.create_counter(
-            "sepp.reserves.failed", description="Reserve calls that failed."
-        )
-
-    def processed(self) -> None:
-        if self.enabled:
-            self._processed.add(1)
-
-    def nacked(self, dead_lettered: bool) -> None:
-        if self.enabled:
-            self._nacked.add(1, {"outcome": "dead_letter" if dead_lettered else "retry"})
-
-    def in_flight(self, delta: int) -> None:
-        if self.enabled:
-            self._in_flight.add(delta)
-
-    def reserve_completed(self, empty: bool) -> None:
-        if self.enabled:
-            self._completed.add(1, {"jobs": "empty" if empty else "some"})
-
-    def reserve_failed(self) -> None:
-        if self.enabled:
-            self._failed.add(1)
-
-
-# OpenTelemetry's severity numbers for the stdlib levels (as sepp-py records them).
-_SEVERITY = {
-    logging.DEBUG: 5,
-    logging.INFO: 9,
-    logging.WARNING: 13,
-    logging.ERROR: 17,
-    logging.CRITICAL: 21,
-}
-
-
-class SpanEventLogger:
-    """The ``sepp_lite`` logger that also records each call as an event on the current
-    recording span (name ``""``, attributes ``event.name="log"``, ``log.severity`` and
-    ``log.message``), as sepp-py's logger does, whatever the logger's level. Only the
-    calls sepp_lite makes are offered."""
-
-    __slots__ = ("_logger",)
-
-    def __init__(self, logger: logging.Logger) -> None:
-        self._logger = logger
-
-    def debug(self, msg: str, *args: object, **kwargs: Any) -> None:
-        self._log(logging.DEBUG, msg, args, kwargs)
-
-    def info(self, msg: str, *args: object, **kwargs: Any) -> None:
-        self._log(logging.INFO, msg, args, kwargs)
-
-    def warning(self, msg: str, *args: object, **kwargs: Any) -> None:
-        self._log(logging.WARNING, msg, args, kwargs)
-
-    def error(self, msg: str, *args: object, **kwargs: Any) -> None:
-        self._log(logging.ERROR, msg, args, kwargs)
-
-    def _log(self, level: int, msg: str, args: tuple[object, ...], kwargs: Any) -> None:
-        # stacklevel 3: the record names sepp_lite's caller, not this wrapper.
-        self._logger.log(level, msg, *args, stacklevel=3, **kwargs)
-        if not AVAILABLE:
-            return
-        span = otel_trace.get_current_span()
-        if not span.is_recording():
-            return
-        try:
-            message = msg % args if args else msg
-        except Exception:  # a bad argument must not break the caller (logging's own rule)
-            message = msg
-        attributes: dict[str, Any] = {
-            "event.name": "log",
-            "log.severity": _SEVERITY[level],
-            "log.message": message,
-        }
-        span.add_event("", attributes)
-
-
-def logger() -> logging.Logger | SpanEventLogger:
-    """sepp_lite's logger: the plain ``sepp_lite`` logger without OpenTelemetry, else
-    one that mirrors its records onto the current span."""
-    plain = logging.getLogger("sepp_lite")
-    return SpanEventLogger(plain) if AVAILABLE else plain
+def recording_span() -> Any:
+    """The current span when it is recording, else ``None`` (always ``None`` without
+    OpenTelemetry): where a log record becomes an event (``sepp_lite._log``)."""
+    if not AVAILABLE:
+        return None
+    span = otel_trace.get_current_span()
+    return span if span.is_recording() else None

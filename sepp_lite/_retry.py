@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Iterator
 from datetime import timedelta
 from typing import Callable, TypeVar
 
-from sepp_lite import _otel
+from sepp_lite import _log
 from sepp_lite.errors import (
     ClientError,
     ConnectError,
@@ -29,7 +29,7 @@ from sepp_lite.errors import (
 from sepp_lite.types import RetryPolicy
 
 T = TypeVar("T")
-logger = _otel.logger()
+logger = _log.logger()
 
 RETRYABLE_CODES = frozenset(
     {Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.ABORTED, Status.RESOURCE_EXHAUSTED}

@@ -42,7 +42,7 @@ import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import IO, Any, Optional
+from typing import IO, Optional
 
 from sepp_lite import _metrics
 from sepp_lite._httpd import HttpServer, Route, parse_listen_address
@@ -461,27 +461,18 @@ class Supervisor:
 # -- the child's side -----------------------------------------------------------------
 
 
-class _ReportingMonitor(WorkerMonitor):
-    """The monitor of a supervised child: its readiness goes to the supervisor on every
+class _StatusPipe:
+    """The child's side of the status pipe: its monitor's readiness, one JSON line per
     heartbeat; a broken pipe (the supervisor is gone) shuts the worker down."""
 
-    def __init__(self, worker: Worker, fd: int, **options: Any) -> None:
-        super().__init__(worker, **options)
+    def __init__(self, fd: int, handle: ShutdownHandle) -> None:
         self._fd = fd
+        self._handle = handle
         self._orphaned = False
         os.set_blocking(fd, False)  # never stall the worker's loop on a full pipe
 
-    async def __aenter__(self) -> _ReportingMonitor:
-        await super().__aenter__()
-        self._beat()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await super().__aexit__(*exc)
-        self._beat()
-
-    def _beat(self) -> None:
-        check = self.readiness()
+    def report(self, monitor: WorkerMonitor) -> None:
+        check = monitor.readiness()
         line = json.dumps({"ready": check.ok, "detail": check.detail}) + "\n"
         try:
             os.write(self._fd, line.encode())
@@ -491,7 +482,7 @@ class _ReportingMonitor(WorkerMonitor):
             if not self._orphaned:
                 self._orphaned = True
                 logger.warning("the supervisor is gone: shutting down gracefully")
-                self.worker.shutdown_handle().shutdown()
+                self._handle.shutdown()
 
 
 def _graceful_signals(handle: ShutdownHandle) -> contextlib.AbstractContextManager[None]:
@@ -514,8 +505,16 @@ async def run_supervised(
     """Run ``worker`` as a supervised child reporting on ``status_fd``; 0 once it
     stopped gracefully (``run()``'s errors propagate)."""
     metrics = bool(os.environ.get(MULTIPROC_ENV))
-    monitor = _ReportingMonitor(worker, status_fd, max_loop_lag=max_loop_lag, metrics=metrics)
+    pipe = _StatusPipe(status_fd, worker.shutdown_handle())
+    monitor = WorkerMonitor(worker, max_loop_lag=max_loop_lag, metrics=metrics, on_beat=pipe.report)
     with _graceful_signals(worker.shutdown_handle()):
-        async with monitor:
-            await worker.run(until_idle=until_idle)
+        # Besides the heartbeat's reports, one as soon as the monitor runs and one
+        # after it stopped (however run() ended), so the supervisor need not wait for
+        # a beat to see either.
+        try:
+            async with monitor:
+                pipe.report(monitor)
+                await worker.run(until_idle=until_idle)
+        finally:
+            pipe.report(monitor)
     return 0

@@ -7,9 +7,9 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, Callable, Optional
 
-from sepp_lite import _otel
+from sepp_lite import _log
 
-logger = _otel.logger()
+logger = _log.logger()
 
 OnDone = Optional[Callable[["asyncio.Task[None]"], None]]
 

@@ -17,7 +17,7 @@ import ssl
 import sys
 from typing import NamedTuple, Optional, Protocol
 
-from sepp_lite import _grpc, _otel
+from sepp_lite import _grpc, _log
 from sepp_lite._http2 import (
     DEFAULT_CONFIG,
     Connection,
@@ -33,7 +33,7 @@ from sepp_lite._status import CallFailure, Status
 from sepp_lite._version import __version__
 from sepp_lite.errors import ConnectError, InvalidApiKeyError
 
-logger = _otel.logger()
+logger = _log.logger()
 
 DEFAULT_MAX_RECEIVE = 16 * 1024 * 1024
 SERVICE_PREFIX = "/sepp.v1.QueueService/"

@@ -12,10 +12,10 @@ import os
 import re
 import ssl
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Optional
 
-from sepp_lite import _coalesce, _codec, _otel, _validate, errors
+from sepp_lite import _coalesce, _codec, _connect_defaults, _log, _otel, _validate, errors
 from sepp_lite._codec.dead_letters import (
     decode_drain_dead_letters_response,
     encode_drain_dead_letters_request,
@@ -69,10 +69,9 @@ if TYPE_CHECKING:
 
 __all__ = ["Lease", "RetryDirective", "RetryPolicy", "SeppClient"]
 
-logger = _otel.logger()
+logger = _log.logger()
 
-_DEFAULT_CONNECT_TIMEOUT = timedelta(seconds=5)
-_DEFAULT_RPC_TIMEOUT = timedelta(seconds=30)
+_DEFAULT_RPC_TIMEOUT = _connect_defaults.RPC_TIMEOUT
 # A reserve's deadline is its long-poll wait plus this much, so the client never gives
 # up before the server's own wait window ends.
 _RESERVE_SLACK_S = 10.0
@@ -148,15 +147,15 @@ class SeppClient:
         tls_ca_cert: bytes | None = None,
         tls_domain: str | None = None,
         credentials: ssl.SSLContext | None = None,
-        connect_timeout: Duration = _DEFAULT_CONNECT_TIMEOUT,
-        rpc_timeout: Duration = _DEFAULT_RPC_TIMEOUT,
+        connect_timeout: Duration = _connect_defaults.CONNECT_TIMEOUT,
+        rpc_timeout: Duration = _connect_defaults.RPC_TIMEOUT,
         max_receive_message_bytes: int | None = None,
-        keepalive_time: Duration = 30.0,
-        keepalive_timeout: Duration = 10.0,
+        keepalive_time: Duration = _connect_defaults.KEEPALIVE_TIME,
+        keepalive_timeout: Duration = _connect_defaults.KEEPALIVE_TIMEOUT,
         check_payload_limit: bool = True,
         coalesce_enqueues: bool | None = None,
-        max_enqueue_batches_in_flight: int = _coalesce.DEFAULT_MAX_IN_FLIGHT,
-        max_enqueues_waiting: int = _coalesce.DEFAULT_MAX_WAITING,
+        max_enqueue_batches_in_flight: int = _connect_defaults.MAX_ENQUEUE_BATCHES_IN_FLIGHT,
+        max_enqueues_waiting: int = _connect_defaults.MAX_ENQUEUES_WAITING,
     ) -> SeppClient:
         """Connect to the server at ``addr`` and return a ready client.
 

@@ -82,7 +82,12 @@ class WorkerMonitor(WorkerObserver):
     Use it as an async context manager on the worker's loop, around ``run()``:
     entering attaches it to the worker and starts the heartbeat and the probe;
     leaving stops them and detaches it. :meth:`readiness` and :meth:`liveness` may
-    be called from any thread.
+    be called from any thread. ``on_beat``, when given, is called with the monitor on
+    the worker's loop at every heartbeat (every 0.5 s while the loop is free), to pass
+    its checks on: a supervised worker process reports them to its supervisor so.
+
+    The monitor is a :class:`~sepp_lite.WorkerObserver`: it learns what the worker does
+    the way any observer does.
     """
 
     def __init__(
@@ -91,11 +96,15 @@ class WorkerMonitor(WorkerObserver):
         *,
         max_loop_lag: Duration = DEFAULT_MAX_LOOP_LAG,
         metrics: bool = True,
+        on_beat: Optional[Callable[[WorkerMonitor], None]] = None,
     ) -> None:
         lag = as_timedelta(max_loop_lag, "max_loop_lag", positive=True).total_seconds()
         self._worker = worker
         self._max_lag = lag
-        self._metrics = _metrics.PrometheusObserver() if metrics and _metrics.AVAILABLE else None
+        self._prometheus: Optional[_metrics.PrometheusObserver] = None
+        if metrics and _metrics.AVAILABLE:
+            self._prometheus = _metrics.PrometheusObserver()
+        self._on_beat = on_beat
         self._phase = "idle"  # -> running -> stopped
         self._stopped = ""
         self._connected = False
@@ -105,7 +114,6 @@ class WorkerMonitor(WorkerObserver):
         self._connections_seen = 1
         self._probe_wanted: Optional[asyncio.Event] = None
         self._tasks = TaskSet("monitor")
-        self._detach: list[Callable[[], None]] = []
 
     @property
     def worker(self) -> Worker:
@@ -157,9 +165,9 @@ class WorkerMonitor(WorkerObserver):
         self._probe_wanted = asyncio.Event()
         if self._phase == "running" and not self._connected:
             self._probe_wanted.set()
-        self._detach.append(self._worker._observe(self))
-        if self._metrics is not None:
-            self._detach.append(self._worker._observe(self._metrics))
+        self._worker.add_observer(self)
+        if self._prometheus is not None:
+            self._worker.add_observer(self._prometheus)
         self._last_beat = time.monotonic()
         self._tasks.spawn(self._heartbeat())
         self._tasks.spawn(self._probe())
@@ -167,27 +175,25 @@ class WorkerMonitor(WorkerObserver):
 
     async def __aexit__(self, *exc: object) -> None:
         await self._tasks.cancel(PROBE_TIMEOUT_S)
-        for detach in self._detach:
-            detach()
-        self._detach.clear()
+        self._worker.remove_observer(self)
+        if self._prometheus is not None:
+            self._worker.remove_observer(self._prometheus)
 
     async def _heartbeat(self) -> None:
         while True:
             await asyncio.sleep(BEAT_S)
             self._last_beat = time.monotonic()
             self._count_reconnects()
-            self._beat()
-
-    def _beat(self) -> None:
-        """Called on every heartbeat (a hook for the supervised child's report)."""
+            if self._on_beat is not None:
+                self._on_beat(self)
 
     def _count_reconnects(self) -> None:
         # SeppClient.connections_opened: 1 after connect, +1 per new connection.
         opened = self._worker.client.connections_opened
-        if self._metrics is None:
+        if self._prometheus is None:
             return
         if opened > self._connections_seen:
-            self._metrics.reconnected(opened - self._connections_seen)
+            self._prometheus.reconnected(opened - self._connections_seen)
             self._connections_seen = opened
 
     async def _probe(self) -> None:

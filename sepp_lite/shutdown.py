@@ -8,9 +8,9 @@ import contextlib
 import signal
 from collections.abc import Callable, Iterator, Sequence
 
-from sepp_lite import _otel
+from sepp_lite import _log
 
-logger = _otel.logger()
+logger = _log.logger()
 
 __all__ = ["ShutdownHandle", "shutdown_on_signals"]
 

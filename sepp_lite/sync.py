@@ -25,13 +25,12 @@ import ssl
 import threading
 import weakref
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Optional
 
-from sepp_lite import errors
+from sepp_lite import _connect_defaults, errors
 from sepp_lite._caller_loop import CallerLoop
-from sepp_lite._coalesce import DEFAULT_MAX_IN_FLIGHT, DEFAULT_MAX_WAITING
 from sepp_lite._time import Duration, as_timedelta
 from sepp_lite.client import SeppClient as AsyncSeppClient
 from sepp_lite.types import (
@@ -152,15 +151,15 @@ class SeppClient:
         tls_ca_cert: bytes | None = None,
         tls_domain: str | None = None,
         credentials: ssl.SSLContext | None = None,
-        connect_timeout: Duration = timedelta(seconds=5),
-        rpc_timeout: Duration = timedelta(seconds=30),
+        connect_timeout: Duration = _connect_defaults.CONNECT_TIMEOUT,
+        rpc_timeout: Duration = _connect_defaults.RPC_TIMEOUT,
         max_receive_message_bytes: int | None = None,
-        keepalive_time: Duration = 30.0,
-        keepalive_timeout: Duration = 10.0,
+        keepalive_time: Duration = _connect_defaults.KEEPALIVE_TIME,
+        keepalive_timeout: Duration = _connect_defaults.KEEPALIVE_TIMEOUT,
         check_payload_limit: bool = True,
         coalesce_enqueues: bool | None = None,
-        max_enqueue_batches_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
-        max_enqueues_waiting: int = DEFAULT_MAX_WAITING,
+        max_enqueue_batches_in_flight: int = _connect_defaults.MAX_ENQUEUE_BATCHES_IN_FLIGHT,
+        max_enqueues_waiting: int = _connect_defaults.MAX_ENQUEUES_WAITING,
     ) -> SeppClient:
         """Connect to the server at ``addr`` and return a ready client. The arguments,
         their defaults and the errors are those of :meth:`sepp_lite.SeppClient.connect`

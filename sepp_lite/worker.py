@@ -22,8 +22,8 @@ from collections.abc import Awaitable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
-from sepp_lite import _otel
-from sepp_lite._handlers import RegisteredHandler, check_handler
+from sepp_lite import _log, _otel, _otel_metrics
+from sepp_lite._handlers import RegisteredHandler, check_handler, handler_name
 from sepp_lite._lease import Lease
 from sepp_lite._observe import WorkerEvents, WorkerObserver
 from sepp_lite._retry import (
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DuplicateHandlerError", "Handler", "HandlerError", "ShutdownHandle", "Worker"]
 
-logger = _otel.logger()
+logger = _log.logger()
 
 Handler = Callable[[Optional[Payload], JobCtx], Union[Awaitable[None], None]]
 """``async def handler(payload, ctx) -> None``: return to ack, raise to nack. A plain
@@ -215,7 +215,7 @@ def _failure(ctx: JobCtx, outcome: BaseException) -> tuple[RetryDirective, str]:
 def _log_dead_letter(ctx: JobCtx, directive: RetryDirective, reason: str) -> None:
     """The one WARNING of a job this worker's nack sent to the dead letters."""
     if directive.kind == "dead_letter":
-        why = "the handler gave up on it (HandlerError.permanent)"
+        why = "a permanent failure (HandlerError.permanent), not retried"
     else:
         why = "its attempts are used up"
     logger.warning(
@@ -267,6 +267,9 @@ class Worker:
     flight; with ``shutdown_timeout`` it extends their leases once, waits that long,
     then cancels the remaining handlers without settling them (their leases lapse and
     the server redelivers). Cancelling ``run()`` cancels everything at once.
+
+    Observers (:meth:`add_observer`, a :class:`~sepp_lite.WorkerObserver`) are told
+    what the worker does: jobs started, handled, settled; reserves; lease extensions.
     """
 
     def __init__(
@@ -319,7 +322,7 @@ class Worker:
             bound = as_timedelta(shutdown_timeout, "shutdown_timeout")
             self._shutdown_timeout = bound.total_seconds()
         self._shutdown = ShutdownHandle()
-        self._metrics = WorkerEvents()
+        self._events = WorkerEvents(_otel_metrics.default_observers())
         self._in_flight = 0
         self._active: set[_Run] = set()
         self._unhandled_types: set[str] = set()
@@ -379,10 +382,21 @@ class Worker:
         """The handle that stops this worker (shareable, e.g. with a signal handler)."""
         return self._shutdown
 
-    def _observe(self, observer: WorkerObserver) -> Callable[[], None]:
-        """Report this worker's events to ``observer`` too (the seam ``sepp_lite.monitor``
-        plugs into); returns the function that detaches it."""
-        return self._metrics.attach(observer)
+    def add_observer(self, observer: WorkerObserver) -> None:
+        """Report this worker's events to ``observer`` too (a
+        :class:`~sepp_lite.WorkerObserver`), after the observers added before it. It may
+        be added (and removed) while the worker runs."""
+        self._events.attach(observer)
+
+    def remove_observer(self, observer: WorkerObserver) -> None:
+        """Stop reporting to ``observer`` (nothing happens if it was not added)."""
+        self._events.detach(observer)
+
+    @property
+    def observers(self) -> tuple[WorkerObserver, ...]:
+        """The observers this worker reports to, in order: with ``opentelemetry-api``
+        installed, its OpenTelemetry instruments first, then those added."""
+        return self._events.observers
 
     @property
     def client(self) -> SeppClient:
@@ -444,7 +458,7 @@ class Worker:
         if self._running:
             raise RuntimeError("this worker is already running")
         self._running = True
-        self._metrics.run_started()
+        self._events.run_started()
         error: BaseException | None = None
         try:
             await self._apply_server_limits()
@@ -459,7 +473,7 @@ class Worker:
                 # Threads still running (their jobs given up at a bounded shutdown or a
                 # hard stop) finish on their own; the interpreter waits for them at exit.
                 threads.shutdown(wait=False)
-            self._metrics.run_finished(error)
+            self._events.run_finished(error)
 
     async def _run(self, until_idle: bool) -> None:
         permits = asyncio.Semaphore(self._max_in_flight)
@@ -544,7 +558,7 @@ class Worker:
             reserved, stopped = await self._race(self._reserve(limit, until_idle))
         except SeppError as error:
             permits.release()
-            self._metrics.reserve_failed(error)
+            self._events.reserve_failed(error)
             if is_permanent(error):
                 # The caller reports the refusal itself, once: this line only explains
                 # the drain that comes first.
@@ -561,14 +575,14 @@ class Worker:
         if not reserved:
             permits.release()
             if not stopped:
-                self._metrics.reserve_completed(empty=True)
+                self._events.reserve_completed(empty=True)
             if stopped or (until_idle and self._in_flight == 0):
                 return False
             early = min(EARLY_EMPTY_S, self._opts.wait_timeout.total_seconds() / 2)
             if time.monotonic() - started < early:
                 return not (await self._race(asyncio.sleep(EARLY_EMPTY_PAUSE_S)))[1]
             return True
-        self._metrics.reserve_completed(empty=False)
+        self._events.reserve_completed(empty=False)
         self._start(reserved[0], permits, jobs)  # the first job takes the permit we hold
         for job in reserved[1:]:
             await permits.acquire()  # immediate: we asked for no more than the free room
@@ -586,12 +600,12 @@ class Worker:
         run = _Run(job, jobs)
         self._active.add(run)
         self._in_flight += 1
-        self._metrics.job_started(job.ctx)
+        self._events.job_started(job.ctx)
 
         def finished(_: asyncio.Task[None]) -> None:
             self._active.discard(run)
             self._in_flight -= 1
-            self._metrics.job_finished(job.ctx)
+            self._events.job_finished(job.ctx)
             permits.release()
 
         run.task = jobs.spawn(self._process(run), finished)
@@ -617,7 +631,7 @@ class Worker:
             outcome = await self._handle_with_keeper(run, handler)
         else:
             outcome = await self._handle(run, handler)
-        self._metrics.job_handled(ctx, time.monotonic() - started)
+        self._events.job_handled(ctx, time.monotonic() - started)
         reason = _unsettled_reason(run, outcome)
         if reason is not None:
             # Another delivery may own the job now: settling it could ack someone
@@ -653,37 +667,41 @@ class Worker:
         return None
 
     async def _in_thread(self, handler: RegisteredHandler, job: Job) -> None:
-        """Run a plain-def handler in one of this worker's threads, in a copy of this
-        task's context (its tracing span), and wait for it. A thread cannot be
-        cancelled: a cancellation that comes while it runs waits for it to return (so
-        the job keeps its slot in max_in_flight until then), then propagates; one that
-        comes while the job still waits for a free thread stops it from starting."""
+        name = f"job {job.ctx.id}: its handler {handler.name}"
+        result = await self.run_in_thread(handler.fn, job.payload, job.ctx, name=name)
+        if inspect.isawaitable(result):
+            # A plain def that returned an awaitable (a sync wrapper around an async
+            # function): awaited here, once, on the event loop.
+            await result
+
+    async def run_in_thread(self, fn: Callable[..., T], *args: Any, name: str = "") -> T:
+        """Run ``fn(*args)`` in one of this worker's threads (``sync_threads``, the
+        pool plain-def handlers run in), in a copy of the calling task's context (its
+        tracing span), and wait for it; typed tasks written as a plain ``def`` run
+        this way. A thread cannot be cancelled: a cancellation that comes while it
+        runs waits for it to return (so the job keeps its slot in max_in_flight until
+        then), then propagates; one that comes while it still waits for a free thread
+        stops it from starting. ``name`` names ``fn`` in the warning about that wait."""
         threads = self._threads
         if threads is None:
             threads = self._threads = concurrent.futures.ThreadPoolExecutor(
                 self._sync_threads, thread_name_prefix=f"sepp-worker-{self.worker_id}"
             )
         call = contextvars.copy_context().run
-        running = threads.submit(call, handler.fn, job.payload, job.ctx)
+        running = threads.submit(call, fn, *args)
         waiter = asyncio.wrap_future(running)
         try:
-            result = await asyncio.shield(waiter)
+            return await asyncio.shield(waiter)
         except asyncio.CancelledError:
             if not running.cancel():
                 logger.warning(
-                    "job %s: its handler %s runs in a thread, which cannot be cancelled; "
-                    "waiting for it to return",
-                    job.ctx.id,
-                    handler.name,
+                    "%s runs in a thread, which cannot be cancelled; waiting for it to return",
+                    name or handler_name(fn),
                 )
                 await asyncio.wait({waiter})  # a second cancellation ends this wait
                 if not waiter.cancelled():
                     waiter.exception()  # its outcome no longer counts: seen, not raised
             raise
-        if inspect.isawaitable(result):
-            # A plain def that returned an awaitable (a sync wrapper around an async
-            # function): awaited here, once, on the event loop.
-            await result
 
     async def _handle_with_keeper(self, run: _Run, handler: RegisteredHandler) -> object:
         """Run the handler (in this task) with a lease keeper beside it."""
@@ -709,11 +727,11 @@ class Worker:
         try:
             if outcome is None:
                 await client.ack(ctx)
-                self._metrics.job_acked(ctx)
+                self._events.job_acked(ctx)
                 return
             directive, reason = _failure(ctx, outcome)
             dead = await client.nack(ctx, directive, reason)
-            self._metrics.job_nacked(ctx, dead)
+            self._events.job_nacked(ctx, dead)
             if dead:
                 _log_dead_letter(ctx, directive, reason)
         except LeaseError as error:
@@ -841,12 +859,12 @@ class Worker:
                 return
             try:
                 await lease.extend(self._opts.lease_duration)
-                self._metrics.lease_extended(run.job.ctx, "extended")
+                self._events.lease_extended(run.job.ctx, "extended")
             except SeppError as error:
                 logger.warning(
                     "job %s: lease extension at shutdown failed: %s", run.job.ctx.id, error
                 )
-                self._metrics.lease_extended(run.job.ctx, "failed")
+                self._events.lease_extended(run.job.ctx, "failed")
 
         holding = [run for run in self._active if not (run.settling or _released(run.job.ctx))]
         await asyncio.gather(*(extend(run) for run in holding))
@@ -894,7 +912,7 @@ class _LeaseKeeper:
         ctx = run.job.ctx
         try:
             await lease.extend(worker._opts.lease_duration)
-            worker._metrics.lease_extended(ctx, "extended")
+            worker._events.lease_extended(ctx, "extended")
             self._again()
             return
         except (AttemptMismatchError, JobNotFoundError) as error:
@@ -904,11 +922,11 @@ class _LeaseKeeper:
         except SeppError as error:
             if now_ms() < lease.known_expiry_ms:
                 logger.warning("job %s: lease extension failed (%s); will retry", ctx.id, error)
-                worker._metrics.lease_extended(ctx, "failed")
+                worker._events.lease_extended(ctx, "failed")
                 self._again()
                 return
             logger.error("job %s: lease expired (%s); cancelling its handler", ctx.id, error)
-        worker._metrics.lease_extended(ctx, "lost")
+        worker._events.lease_extended(ctx, "lost")
         run.lease_lost = True
         lease.mark_released()
         if not self._stopped:

@@ -16,6 +16,12 @@ server with dead-letter retention on, and a client connected to it with
 ``client`` runs over both transports too). A module that needs the server configured
 otherwise overrides ``server_options``; one that needs another kind of server
 overrides ``server``; either says why.
+
+No test calls ``asyncio.run`` in the test's own thread (run ``sepp-lite``'s ``main()`` in
+a thread, a coroutine with ``client_helpers.run_on_own_loop``): on Python 3.9,
+pytest-asyncio (1.2, its last release for 3.9) keeps an event loop of its own set in
+that thread between tests, which ``asyncio.run`` would replace and then unset, leaving
+it unclosed for the garbage collector to report in whichever later test it runs.
 """
 
 from __future__ import annotations
@@ -93,20 +99,3 @@ async def client(server: SeppTestServer) -> AsyncIterator[SeppClient]:
     transport), closed after the test."""
     async with client_helpers.connected(server.addr) as c:
         yield c
-
-
-# On Python 3.9, an event loop that pytest-asyncio made for a test is at times garbage
-# collected unclosed in a later test (seen with the periodic-task CLI tests before the
-# thread-handler tests); its ResourceWarning then fails whichever test the collector
-# runs in. Newer Pythons close it. Only these two texts are let through, only on 3.9.
-_PY39_LOOP_LEAKS = (
-    "ignore:unclosed event loop:ResourceWarning",
-    "ignore:unclosed <socket.socket:ResourceWarning",
-)
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    if sys.version_info < (3, 10):
-        for item in items:
-            for rule in _PY39_LOOP_LEAKS:
-                item.add_marker(pytest.mark.filterwarnings(rule))

@@ -8,7 +8,6 @@ import ast
 import importlib
 import inspect
 import re
-import subprocess
 from functools import cache
 from pathlib import Path
 from typing import Any, Optional
@@ -18,6 +17,7 @@ import pytest
 import sepp_lite
 from sepp_lite import _transport
 from sepp_lite.testing import SeppTestServer
+from tests.repo_files import repo_files
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = (ROOT / "ARCHITECTURE.md").read_text()
@@ -42,14 +42,7 @@ CALLABLES: dict[str, Any] = {
 
 @cache
 def tracked_files() -> tuple[str, ...]:
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    return tuple(name for name in listed if (ROOT / name).exists())
+    return repo_files()
 
 
 @cache
@@ -170,6 +163,191 @@ def test_the_page_shows_the_worker_as_it_is_constructed() -> None:
     worker = [p for p in inspect.signature(sepp_lite.Worker).parameters]
     assert worker[:3] == ["client", "queues", "lease_duration"]
     assert ("Worker", ["client", "queues", "lease_duration", "..."]) in call_mentions()
+
+
+# -- no module reads another module's private names --------------------------------------
+
+PACKAGE = ROOT / "sepp_lite"
+# NamedTuple's own API: the underscore only keeps it clear of field names.
+NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
+# The private names sepp_lite reads of code that is not its own, each with its reason:
+# (file, the expression as ast.unparse writes it) -> why.
+GRPCLIB = "grpclib internals, documented where they are used"
+TEST_SERVER = GRPCLIB + " (the test server: "
+ALLOWED_PRIVATE = {
+    ("_caller_loop.py", "asyncio._get_running_loop"): "in asyncio.events.__all__: the "
+    "check for a running loop that returns None instead of raising",
+    ("sync.py", "asyncio._get_running_loop"): "as in _caller_loop.py",
+    ("tasks/_convert.py", "getattr(typing.get_origin(hint), '_name')"): "typing's "
+    "Required/NotRequired name themselves only there (Python 3.9 to 3.13)",
+    # from_channel: what a grpclib Channel was given, and its socket.
+    ("_grpclib_transport.py", "channel._ssl"): GRPCLIB + " (TLS or not)",
+    ("_grpclib_transport.py", "channel._authority"): GRPCLIB + " (the :authority header)",
+    ("_grpclib_transport.py", "getattr(channel, '_path')"): GRPCLIB + " (a label for errors)",
+    ("_grpclib_transport.py", "getattr(channel, '_host')"): GRPCLIB + " (the same)",
+    ("_grpclib_transport.py", "getattr(channel, '_port')"): GRPCLIB + " (the same)",
+    ("_grpclib_transport.py", "self.channel._protocol"): GRPCLIB + " (close: the socket)",
+    ("_grpclib_transport.py", "getattr(getattr(protocol, 'connection', None), '_transport')"): (
+        GRPCLIB + " (the same)"
+    ),
+    ("_grpclib_transport.py", "getattr(processor.connection, '_transport')"): GRPCLIB
+    + " (corking the socket)",
+    ("_grpclib_transport.py", "getattr(connection, '_connection')"): GRPCLIB + " (h2's "
+    "closed-stream memory)",
+    ("_grpclib_transport.py", "getattr(h2_connection, '_closed_streams')"): "h2's, the same",
+    ("_grpclib_transport.py", "getattr(closed, '_size_limit')"): "h2's, the same",
+    ("_grpclib_transport.py", "closed._size_limit"): "h2's, the same",
+    ("testing/_service.py", "getattr(stream, '_stream')"): TEST_SERVER + "a reply written "
+    "straight to the HTTP/2 stream)",
+    ("testing/_service.py", "stream._send_initial_metadata_done"): TEST_SERVER + "the same)",
+    ("testing/_service.py", "stream._send_message_done"): TEST_SERVER + "the same)",
+    ("testing/_service.py", "stream._send_trailing_metadata_done"): TEST_SERVER + "the same)",
+    ("testing/_service.py", "getattr(stream, '_method_name')"): TEST_SERVER + "the path of "
+    "a held call)",
+    ("testing/_service.py", "getattr(getattr(stream, 'peer', None), '_transport')"): (
+        TEST_SERVER + "corking the socket)"
+    ),
+}
+# Private methods a class overrides in a base class of another module: (file, class,
+# method) -> why.
+ALLOWED_OVERRIDES = {
+    ("testing/_server.py", "_GrpcServer", "_protocol_factory"): TEST_SERVER + "it keeps "
+    "its connections, to close them)",
+}
+
+
+def _is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def _own_names(tree: ast.AST) -> set[str]:
+    """The private names a module defines itself: its functions, classes, module and
+    class attributes, what it imports, the attributes it sets on ``self``/``cls``, and
+    the names in its ``__slots__``. Reading one of these on another object stays in the room."""
+    own: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            own.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            own.add(node.id)
+        elif isinstance(node, ast.alias):
+            own.add((node.asname or node.name).split(".")[0])
+        elif (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.ctx, ast.Store)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in ("self", "cls")
+        ):
+            own.add(node.attr)
+        elif isinstance(node, ast.Assign) and any(
+            isinstance(t, ast.Name) and t.id == "__slots__" for t in node.targets
+        ):
+            own.update(
+                c.value
+                for c in ast.walk(node.value)
+                if isinstance(c, ast.Constant) and isinstance(c.value, str)
+            )
+    return own
+
+
+def _on_self(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id in ("self", "cls")
+
+
+def private_reads(source: str) -> list[str]:
+    """``x._name`` and ``getattr(x, "_name")`` (also setattr, hasattr) in ``source``
+    where ``x`` is not ``self``/``cls`` and the module does not define ``_name`` itself,
+    and ``from sepp_lite.x import _name`` of a name that is not a module. A heuristic
+    (it cannot know whose ``_name`` a same-named attribute is), strict on purpose."""
+    tree = ast.parse(source)
+    own = _own_names(tree)
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _is_private(node.attr):
+            if not _on_self(node.value) and node.attr not in own | NAMEDTUPLE_API:
+                found.append(ast.unparse(node))
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "setattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+            and _is_private(node.args[1].value)
+            and not _on_self(node.args[0])
+        ):
+            found.append(f"getattr({ast.unparse(node.args[0])}, {node.args[1].value!r})")
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("sepp_lite"):
+            folder = ROOT.joinpath(*(node.module or "").split("."))
+            for alias in node.names:
+                is_module = (folder / f"{alias.name}.py").exists() or (folder / alias.name).is_dir()
+                if _is_private(alias.name) and not is_module:
+                    found.append(f"from {node.module} import {alias.name}")
+    return found
+
+
+def package_files() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if "_proto" not in p.parts)
+
+
+def test_no_module_reads_another_modules_private_names() -> None:
+    seen: set[tuple[str, str]] = set()
+    unexpected = []
+    for path in package_files():
+        name = path.relative_to(PACKAGE).as_posix()
+        for expression in private_reads(path.read_text()):
+            seen.add((name, expression))
+            if (name, expression) not in ALLOWED_PRIVATE:
+                unexpected.append(f"{name}: {expression}")
+    assert unexpected == []
+    # Every allowance is still needed (a fixed one is taken off the list).
+    assert set(ALLOWED_PRIVATE) - seen == set()
+
+
+def test_the_private_name_check_finds_what_it_should() -> None:
+    """The Worker's event hook as monitor.py once reached it, a private function
+    imported across rooms, a getattr by name; and not what a room does with its own."""
+    assert private_reads("self._worker._observe(self)") == ["self._worker._observe"]
+    assert private_reads("from sepp_lite.worker import _failure") == [
+        "from sepp_lite.worker import _failure"
+    ]
+    assert private_reads("from sepp_lite import _otel") == []  # a private module is fine
+    assert private_reads("getattr(stream, '_stream', None)") == ["getattr(stream, '_stream')"]
+    own = "class A:\n    def __init__(self):\n        self._x = 1\ndef f(a):\n    return a._x\n"
+    assert private_reads(own) == []
+    assert private_reads("p._replace(a=1)") == []
+
+
+def private_overrides() -> set[tuple[str, str, str]]:
+    """(file, class, method): a ``def _name`` in a class body that overrides a method
+    of a base class defined in another module."""
+    found = set()
+    for path in package_files():
+        if path.name == "__main__.py":
+            continue  # running it is the command line
+        name = path.relative_to(PACKAGE).as_posix()
+        module_name = ".".join(("sepp_lite", *path.relative_to(PACKAGE).with_suffix("").parts))
+        module = importlib.import_module(module_name.removesuffix(".__init__"))
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            cls = getattr(module, node.name, None)
+            if not inspect.isclass(cls):
+                continue
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_private(
+                    item.name
+                ):
+                    bases = [b for b in cls.__mro__[1:] if item.name in vars(b)]
+                    if any(b.__module__ != cls.__module__ for b in bases):
+                        found.add((name, node.name, item.name))
+    return found
+
+
+def test_no_class_overrides_a_private_method_of_another_module() -> None:
+    """A subclass in another room hooks in through a named seam (``_supervisor.py``
+    once overrode ``WorkerMonitor._beat``; it now passes ``on_beat``)."""
+    assert private_overrides() == set(ALLOWED_OVERRIDES)
 
 
 # -- HPACK stays inside _http2 --------------------------------------------------------

@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shlex
 import signal
 import sys
+from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
-from typing import Optional
 
 import pytest
 from grpclib.const import Status
@@ -24,38 +25,13 @@ from grpclib.exceptions import GRPCError
 
 import sepp_lite as sepp
 from sepp_lite.testing import SeppTestServer
+from tests.cli_helpers import child_env, sepp_lite, started
 from tests.client_helpers import unique_queue
 
 pytestmark = [
     pytest.mark.timeout(90),
     pytest.mark.skipif(sys.platform == "win32", reason="POSIX pipes and signals"),
 ]
-
-
-def child_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if k not in ("SEPP_ADDR", "SEPP_API_KEY")}
-
-
-@asynccontextmanager
-async def started(
-    *args: str, stdout: int = asyncio.subprocess.PIPE
-) -> AsyncIterator[asyncio.subprocess.Process]:
-    """``python -m sepp_lite args`` as a child process, killed if still running."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "sepp_lite",
-        *args,
-        stdout=stdout,
-        stderr=asyncio.subprocess.PIPE,
-        env=child_env(),
-    )
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.communicate()
 
 
 async def run_with_stdout_closed(*args: str) -> tuple[int, str]:
@@ -327,22 +303,6 @@ async def test_ctrl_c_stops_the_drain_after_the_call_in_flight(tmp_path: Path) -
 # -- requeue ----------------------------------------------------------------------------
 
 
-async def sepp_lite(*args: str, stdin: Optional[bytes] = None) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "sepp_lite",
-        *args,
-        stdin=None if stdin is None else asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env=child_env(),
-    )
-    out, err = await asyncio.wait_for(proc.communicate(stdin), 60)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
-
-
 async def test_requeue_twice_creates_no_duplicates(tmp_path: Path) -> None:
     archive = tmp_path / "dead.jsonl"
     async with SeppTestServer(dead_letter_retention_ms=60_000) as server:
@@ -406,3 +366,34 @@ async def test_a_write_that_fails_midway_leaves_whole_lines(tmp_path: Path) -> N
     assert (len(written), len(printed), left) == (1, 2, 7)
     assert set(written) | set(printed) < every
     assert err.splitlines()[-1].startswith(f"error: cannot write to {out}: file too large; ")
+
+
+def test_drain_into_head_1_removes_only_what_head_printed() -> None:
+    # The newcomer's `drain-dead-letters --yes | head -1`, as a real shell pipeline: the
+    # drain waits until head has taken its line and had a moment to exit, so the next
+    # call is not made and no record ends up on stderr. Five times, as it was a race.
+    async def scenario() -> list[tuple[int, str, str, int]]:
+        results = []
+        async with SeppTestServer(dead_letter_retention_ms=60_000) as server:
+            queue = unique_queue()
+            await dead_letters(server, queue, 20)
+            for _ in range(5):
+                before = server.counts(queue).dead
+                command = (
+                    f"{shlex.quote(sys.executable)} -m sepp_lite drain-dead-letters "
+                    f"--addr {server.addr} --queue {queue} --yes | head -1; "
+                    "exit ${PIPESTATUS[0]}"
+                )
+                proc = await asyncio.create_subprocess_exec(
+                    "bash", "-c", command, stdout=PIPE, stderr=PIPE, env=child_env()
+                )
+                out, err = await asyncio.wait_for(proc.communicate(), 60)
+                assert proc.returncode is not None
+                removed = before - server.counts(queue).dead
+                results.append((proc.returncode, out.decode(), err.decode(), removed))
+        return results
+
+    for code, out, err, removed in asyncio.run(scenario()):
+        assert (len(out.splitlines()), removed) == (1, 1), (out, err)
+        assert code == 1 and err.startswith("error: stopped: the reader of stdout has gone"), err
+        assert "job_id" not in err  # no record had to be printed on stderr

@@ -12,12 +12,12 @@ import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Optional
 
 import pytest
 
 import sepp_lite as sepp
 from sepp_lite.testing import SeppTestServer
+from tests.cli_helpers import child_env, sepp_lite, started
 from tests.client_helpers import free_port, unique_queue
 from tests.pki import ca_pem, server_pem
 
@@ -27,53 +27,6 @@ pytestmark = [
 ]
 
 SECRET = "process-s3cret-never-shown"
-
-
-def child_env(**extra: str) -> dict[str, str]:
-    """The test's environment without the CLI's own variables, plus ``extra``."""
-    env = {k: v for k, v in os.environ.items() if k not in ("SEPP_ADDR", "SEPP_API_KEY")}
-    env.update(extra)
-    return env
-
-
-# `python -m sepp_lite`, with Ctrl-C's default handler even when this test run was started
-# with SIGINT ignored, as a background job of a shell without job control is (nohup ...
-# &): children inherit that, and Python then rightly leaves SIGINT ignored.
-_AS_FROM_A_TERMINAL = (
-    "import runpy, signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
-    "runpy.run_module('sepp_lite', run_name='__main__', alter_sys=True)"
-)
-
-
-@asynccontextmanager
-async def started(
-    *args: str, stdin: Optional[int] = None, stderr: int = asyncio.subprocess.PIPE
-) -> AsyncIterator[asyncio.subprocess.Process]:
-    """``python -m sepp_lite args`` as a child process, killed if still running."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        _AS_FROM_A_TERMINAL,
-        *args,
-        stdin=stdin,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=stderr,
-        env=child_env(),
-    )
-    try:
-        yield proc
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.communicate()
-
-
-async def sepp_lite(*args: str) -> tuple[int, str, str]:
-    """Run ``python -m sepp_lite args`` to the end: ``(exit code, stdout, stderr)``."""
-    async with started(*args) as proc:
-        out, err = await asyncio.wait_for(proc.communicate(), 30)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
 
 
 async def test_exit_codes_of_python_m_sepp_lite(server: SeppTestServer) -> None:

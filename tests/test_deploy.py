@@ -28,6 +28,7 @@ import sepp_lite as sepp
 from sepp_lite.cli import build_parser
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import unique_queue
+from tests.repo_files import repo_files
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
@@ -314,14 +315,7 @@ def build_context(target: Path, wheel: Path) -> Path:
     own ignore file."""
     lines = (DOCKER / "Dockerfile.dockerignore").read_text().splitlines()
     patterns = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.splitlines()
-    files = {name: ROOT / name for name in listed if (ROOT / name).is_file()}
+    files = {name: ROOT / name for name in repo_files()}
     files[f"dist/{wheel.name}"] = wheel
     for name, source in files.items():
         if sent_to_docker(name, patterns):

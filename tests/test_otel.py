@@ -37,6 +37,7 @@ from sepp_lite import (
     SeppError,
     TraceContext,
     Worker,
+    _log,
     _otel,
 )
 from sepp_lite._codec.enqueue import decode_enqueue_batch_request
@@ -614,7 +615,7 @@ async def test_reserve_failures_are_counted_and_every_instrument_is_sepp_pys(
 def test_log_calls_become_events_of_the_recording_span(
     otel: Telemetry, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    log = _otel.logger()
+    log = _log.logger()
     caplog.set_level(logging.INFO, logger="sepp_lite")
     log.debug("not for %s", "the log")  # below the logger's level: still an event
     with otel.tracer.start_as_current_span("app.outer") as outer:

@@ -30,6 +30,7 @@ from sepp_lite import (
     TraceContextError,
     Worker,
     _otel,
+    _otel_metrics,
 )
 from sepp_lite._codec.enqueue import decode_enqueue_batch_request
 from sepp_lite.testing import SeppTestServer
@@ -87,13 +88,8 @@ def test_every_hook_is_a_shared_noop(no_otel: None) -> None:
         assert _otel.current_headers() is None
         assert _otel.call_metadata() == ()
         assert TraceContext.from_current_otel() is None
-        metrics = _otel.WorkerMetrics()
-        assert metrics.enabled is False
-        metrics.processed()
-        metrics.nacked(True)
-        metrics.in_flight(1)
-        metrics.reserve_completed(empty=False)
-        metrics.reserve_failed()
+        # A Worker without OpenTelemetry has no instruments to report to at all.
+        assert _otel_metrics.default_observers() == []
         assert emitted() == []
 
 
@@ -160,6 +156,7 @@ async def test_a_worker_runs_end_to_end(
             ]
         )
         worker = Worker(client, [queue], 30)
+        assert worker.observers == ()
 
         @worker.handler("ok")
         async def ok(payload: Any, ctx: Any) -> None:

@@ -43,6 +43,7 @@ from sepp_lite import (
     TransportError,
     UnauthenticatedError,
     UnknownQueuesError,
+    _connect_defaults,
 )
 from sepp_lite._loop_thread import LoopThread
 from sepp_lite.sync import SeppClient
@@ -122,9 +123,19 @@ def server() -> Iterator[SeppServerThread]:
 
 
 def test_connect_takes_exactly_the_async_connects_arguments_and_defaults() -> None:
-    blocking = inspect.signature(SeppClient.connect).parameters
-    native = inspect.signature(sepp_lite.SeppClient.connect).parameters
-    assert list(blocking.values()) == list(native.values())
+    blocking = inspect.signature(SeppClient.connect)
+    native = inspect.signature(sepp_lite.SeppClient.connect)
+    described = [(p.name, p.kind, p.default, p.annotation) for p in blocking.parameters.values()]
+    assert described == [
+        (p.name, p.kind, p.default, p.annotation) for p in native.parameters.values()
+    ]
+    assert blocking.return_annotation == native.return_annotation == "SeppClient"
+    # Not only equal: both take them from the one place, so neither can drift alone.
+    shared = {id(value) for value in vars(_connect_defaults).values()}
+    for signature in (blocking, native):
+        for p in signature.parameters.values():
+            if p.default not in (inspect.Parameter.empty, None, False, True):
+                assert id(p.default) in shared, p.name
 
 
 @pytest.mark.parametrize("name", RPCS)

@@ -10,7 +10,7 @@ import enum
 import json
 import logging
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
@@ -420,7 +420,10 @@ async def test_handler_errors_pass_through_unchanged(
 def test_registration_refuses_what_cannot_be_a_task() -> None:
     tasks = Tasks(queue="q")
 
-    def plain(msg: Welcome) -> None: ...
+    def generator(msg: Welcome) -> Iterator[None]:
+        yield
+
+    def blocking(msg: Welcome) -> None: ...
 
     async def unannotated(msg) -> None:  # type: ignore[no-untyped-def]
         ...
@@ -429,8 +432,10 @@ def test_registration_refuses_what_cannot_be_a_task() -> None:
 
     async def opaque(o: Opaque) -> None: ...
 
-    with pytest.raises(TypeError, match="async def"):
-        tasks.task(plain)  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="not a generator"):
+        tasks.task(generator)
+    with pytest.raises(TypeError, match="timeout= needs an async def"):
+        tasks.task(timeout=5)(blocking)
     with pytest.raises(TypeError, match="annotate the input 'msg'"):
         tasks.task(unannotated)
     with pytest.raises(TypeError, match="3 positional"):

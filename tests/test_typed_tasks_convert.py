@@ -280,6 +280,14 @@ def test_pydantic_models_are_validated_by_pydantic() -> None:
         codec.decode(b'{"lines":[{"sku":"a","qty":1},{"sku":"b","qty":"many"}]}')
     assert caught.value.path == ".lines[1].qty"
     assert "valid integer" in caught.value.problem
+    # Every problem pydantic found is in the one error, the first one located.
+    with pytest.raises(InputError) as caught:
+        codec.decode(b'{"lines":[{"sku":1,"qty":"x"},{"qty":2}]}')
+    assert str(caught.value) == (
+        ".lines[0].sku: Input should be a valid string (also .lines[0].qty: Input should "
+        "be a valid integer, unable to parse string as an integer; .lines[1].sku: Field "
+        "required)"
+    )
     # A model inside a dataclass goes through pydantic as well.
     assert JsonCodec(Holder).decode(b'{"bill":{"lines":[]}}') == Holder(PBill(lines=[]))
     with pytest.raises(InputError, match=r"^\.bill\.lines: "):

@@ -87,9 +87,23 @@ async def produce(client: sepp.SeppClient) -> None:
     await send_welcome.enqueue(client, Welcome("a"), delay="soon")  # E
     await send_welcome.enqueue(client, Welcome("a"), queue="other")  # E
 """,
+    "ok_plain_def": """
+@tasks.task
+def blocking(msg: Welcome, ctx: sepp.JobCtx) -> None: ...
+
+async def produce(client: sepp.SeppClient) -> None:
+    await blocking.enqueue(client, Welcome("a"))
+""",
+    "bad_plain_def_input": """
+@tasks.task
+def blocking(msg: Welcome) -> None: ...
+
+async def produce(client: sepp.SeppClient) -> None:
+    await blocking.enqueue(client, 3)  # E
+""",
     "bad_task_shape": """
 @tasks.task  # E
-def not_async(msg: Welcome) -> None: ...
+async def three(a: int, ctx: sepp.JobCtx, c: int) -> None: ...
 """,
 }
 

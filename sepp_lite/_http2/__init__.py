@@ -8,7 +8,13 @@ that imports nothing else of sepp_lite.
 - ``_stream``: one request's stream: request bytes waiting for window, the answer
   handed to its reader in order, and how a stream fails (``StreamFailure``).
 - ``_connection``: the asyncio Protocol that owns the connection's state
-  (``ConnectionState``), flow control, SETTINGS, PING, GOAWAY and the streams.
+  (``ConnectionState``) and the streams, and decides what each frame does to them.
+- ``_reader``: bytes into frames, header blocks across CONTINUATION, the handshake.
+- ``_writer``: what is written when: control frames first, request DATA in turns.
+- ``_flow``: the window-update rule and the request DATA waiting for window.
+- ``_settings``: our SETTINGS, and the record of the peer's.
+- ``_slots``: calls waiting for the peer's MAX_CONCURRENT_STREAMS.
+- ``_keepalive``, ``_timers``: PINGs that find a dead peer; typed timer handles.
 - ``_config``: our side's knobs, in one place.
 
 What a gRPC answer means (statuses, message framing, grpc-timeout) is
@@ -19,12 +25,7 @@ retries live in ``sepp_lite._transport``.
 from __future__ import annotations
 
 from sepp_lite._http2._config import DEFAULT_CONFIG, Http2Config
-from sepp_lite._http2._connection import (
-    Connection,
-    ConnectionState,
-    HandshakeFailure,
-    Keepalive,
-)
+from sepp_lite._http2._connection import Connection, ConnectionState
 from sepp_lite._http2._frames import CANCEL, ENHANCE_YOUR_CALM, INADEQUATE_SECURITY
 from sepp_lite._http2._headers import (
     RequestHead,
@@ -33,6 +34,8 @@ from sepp_lite._http2._headers import (
     parse_fields,
     request_head,
 )
+from sepp_lite._http2._keepalive import Keepalive
+from sepp_lite._http2._reader import HandshakeFailure
 from sepp_lite._http2._stream import BodyReader, Failed, Outcome, StreamFailure
 
 __all__ = [

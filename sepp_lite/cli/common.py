@@ -172,6 +172,22 @@ def reader_gone(fd: int) -> bool:
     return any(event & (select.POLLERR | select.POLLHUP) for _, event in poller.poll(0))
 
 
+def unread_in_pipe(fd: int) -> int:
+    """How many bytes written to the pipe ``fd`` its reader has not taken yet (0 for
+    anything that is not a pipe, or where it cannot be told)."""
+    try:
+        import fcntl
+        import termios
+
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            return 0
+        buffer = bytearray(4)
+        fcntl.ioctl(fd, termios.FIONREAD, buffer)
+    except (ImportError, OSError):
+        return 0
+    return int.from_bytes(buffer, sys.byteorder)
+
+
 def is_regular_file(fd: int) -> bool:
     """Whether ``fd`` is a regular file (where fsync means something)."""
     try:

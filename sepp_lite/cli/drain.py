@@ -8,7 +8,9 @@ write. The records of the call whose write failed are no longer on the server; t
 go to stderr instead, and the error line says how many were written and how many
 went there. Calls start small (1 record, then 2, 4, ... up to ``--batch``), so output
 that fails from the start costs one record, not a batch; into a pipe the batches stay
-small (16), and before each call the drain checks that the pipe still has a reader.
+small (16): after each call the drain waits until the reader has taken the records
+(and 20 ms more, for a reader such as ``head -1`` to exit), and before the next call
+it checks that the pipe still has a reader.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import json
 import os
 import select
 import signal
+import stat
 import sys
 from collections.abc import Iterator
 from typing import IO, Any, Optional
@@ -39,6 +42,7 @@ from sepp_lite.cli.common import (
     queue_name_arg,
     reader_gone,
     silence_stdout,
+    unread_in_pipe,
 )
 from sepp_lite.client import SeppClient
 from sepp_lite.types import DeadLetterRecord
@@ -168,6 +172,35 @@ class Output:
         """Whether the output is a pipe whose reader has gone (writing would fail)."""
         return self.fd is not None and reader_gone(self.fd)
 
+    async def taken(self) -> None:
+        """Into a pipe: wait until its reader has taken what was written, then a
+        moment more. A reader that wanted only part of the output (``head -1``) leaves
+        right after reading it; the next call must not remove records from the server
+        before that is seen. The drain goes at the reader's pace, as a full pipe would
+        make it anyway. Nothing for files, terminals and sockets."""
+        fd = self.fd
+        if fd is None or not _is_pipe(fd):
+            return
+        # No wake-up exists for "the reader has emptied the pipe" (a writable pipe
+        # polls ready as soon as it has room): poll it.
+        while unread_in_pipe(fd) and not reader_gone(fd):  # noqa: ASYNC110
+            await asyncio.sleep(_PIPE_POLL_S)
+        await asyncio.sleep(_READER_EXIT_S)
+
+
+_PIPE_POLL_S = 0.005
+# How long a reader that has taken all it wanted gets to exit before the next call:
+# `head` exits within a millisecond or two of its read; 20 ms per call is at most
+# about 1.3 s over 1,000 records in batches of 16.
+_READER_EXIT_S = 0.02
+
+
+def _is_pipe(fd: int) -> bool:
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+
 
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
@@ -239,6 +272,7 @@ class _Drain:
             if not records:
                 return
             self.write(records)
+            await self.out.taken()
             size = min(size * 2, self.batch)
 
     def write(self, records: list[DeadLetterRecord]) -> None:

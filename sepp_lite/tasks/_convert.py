@@ -562,12 +562,26 @@ def msgspec_struct(tp: Any) -> bool:
 
 
 def pydantic_error(exc: Any) -> InputError:
-    """The first problem of a pydantic ``ValidationError``, located like ours."""
-    first = exc.errors()[0]
-    error = InputError(first["msg"])
+    """A pydantic ``ValidationError`` located like ours: its first problem, followed
+    by the others (up to five) with their paths, so one reason names them all."""
+    first, *others = exc.errors()
+    problem = first["msg"]
+    if others:
+        shown = "; ".join(f"{_pydantic_path(e['loc'])}: {e['msg']}" for e in others[:5])
+        more = f"; and {len(others) - 5} more" if len(others) > 5 else ""
+        problem = f"{problem} (also {shown}{more})"
+    error = InputError(problem)
     for part in reversed(first["loc"]):
-        error.at(f"[{part}]" if isinstance(part, int) else f".{part}")
+        error.at(_pydantic_part(part))
     return error
+
+
+def _pydantic_part(part: Any) -> str:
+    return f"[{part}]" if isinstance(part, int) else f".{part}"
+
+
+def _pydantic_path(loc: Any) -> str:
+    return "".join(_pydantic_part(part) for part in loc)
 
 
 def msgspec_error(exc: Exception) -> InputError:

@@ -12,9 +12,10 @@ from collections.abc import AsyncIterator, Awaitable
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
-from sepp_lite import _otel
+from sepp_lite import _log
 from sepp_lite._periodic import PeriodicJob, PeriodicScheduler
 from sepp_lite._time import Duration
+from sepp_lite.tasks._task import check_task_function
 from sepp_lite.types import JobCtx
 
 if TYPE_CHECKING:
@@ -22,18 +23,26 @@ if TYPE_CHECKING:
 
 __all__ = ["schedule_of", "scheduler_beside", "task_function"]
 
-logger = _otel.logger()
+logger = _log.logger()
 
-Fn = Callable[..., Awaitable[Any]]
+Fn = Callable[..., Any]
 
 
 def task_function(fn: Fn) -> Callable[[bytes, JobCtx], Awaitable[Any]]:
-    """``fn`` (``async def fn(ctx)`` or ``async def fn()``) as a task's function: its
-    input is the empty payload of a periodic job. ``TypeError`` for another shape."""
+    """``fn`` (``fn(ctx)`` or ``fn()``, an ``async def`` or a plain ``def``, which then
+    runs in a worker thread) as a task's function: its input is the empty payload of a
+    periodic job. ``TypeError`` for another shape."""
     takes_ctx = _takes_ctx(fn)
+    run: Callable[[bytes, JobCtx], Any]
+    if inspect.iscoroutinefunction(fn):
 
-    async def run(_: bytes, ctx: JobCtx) -> Any:
-        return await (fn(ctx) if takes_ctx else fn())
+        async def run(_: bytes, ctx: JobCtx) -> Any:
+            return await (fn(ctx) if takes_ctx else fn())
+
+    else:
+
+        def run(_: bytes, ctx: JobCtx) -> Any:
+            return fn(ctx) if takes_ctx else fn()
 
     run.__qualname__ = getattr(fn, "__qualname__", run.__qualname__)
     return run
@@ -64,8 +73,7 @@ def schedule_of(
 
 
 def _takes_ctx(fn: Fn) -> bool:
-    if not inspect.iscoroutinefunction(fn):
-        raise TypeError(f"{getattr(fn, '__qualname__', fn)!r}: a task must be an async def")
+    check_task_function(fn)
     positional = [
         p
         for p in inspect.signature(fn).parameters.values()

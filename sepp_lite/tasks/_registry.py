@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Iterable, Iterator
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union, overload
 
-from sepp_lite import _otel, _validate
+from sepp_lite import _log, _validate
 from sepp_lite._periodic import (
     DEFAULT_DEDUP_WINDOW,
     DEFAULT_LOOKAHEAD,
@@ -22,7 +22,7 @@ from sepp_lite._periodic import (
 from sepp_lite._time import Duration, as_timedelta
 from sepp_lite.tasks._codecs import BytesCodec, Codec, CodecFactory, codec_for
 from sepp_lite.tasks._periodic import schedule_of, scheduler_beside, task_function
-from sepp_lite.tasks._task import Middleware, Options, Retry, Task
+from sepp_lite.tasks._task import Middleware, Options, Retry, Task, check_task_function
 from sepp_lite.types import JobCtx, Priority
 from sepp_lite.worker import DuplicateHandlerError, Worker
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = ["State", "TaskWorker", "Tasks"]
 
-logger = _otel.logger()
+logger = _log.logger()
 
 I = TypeVar("I")  # noqa: E741
 
@@ -47,10 +47,10 @@ class State(types.SimpleNamespace):
 
 class _Decorator(typing.Protocol):
     @overload
-    def __call__(self, fn: Callable[[I, JobCtx], Awaitable[Any]], /) -> Task[I]: ...
+    def __call__(self, fn: Callable[[I, JobCtx], Any], /) -> Task[I]: ...
 
     @overload
-    def __call__(self, fn: Callable[[I], Awaitable[Any]], /) -> Task[I]: ...
+    def __call__(self, fn: Callable[[I], Any], /) -> Task[I]: ...
 
 
 class Tasks:
@@ -90,10 +90,10 @@ class Tasks:
     # -- registering -------------------------------------------------------------------
 
     @overload
-    def task(self, fn: Callable[[I, JobCtx], Awaitable[Any]], /) -> Task[I]: ...
+    def task(self, fn: Callable[[I, JobCtx], Any], /) -> Task[I]: ...
 
     @overload
-    def task(self, fn: Callable[[I], Awaitable[Any]], /) -> Task[I]: ...
+    def task(self, fn: Callable[[I], Any], /) -> Task[I]: ...
 
     @overload
     def task(
@@ -113,7 +113,9 @@ class Tasks:
     def task(  # type: ignore[misc]
         self, fn: Any = None, /, **options: Any
     ) -> Any:
-        """Register an ``async def`` as a task: ``@tasks.task`` or ``@tasks.task(...)``.
+        """Register a function as a task: ``@tasks.task`` or ``@tasks.task(...)``. An
+        ``async def`` runs on the worker's event loop, a plain ``def`` in one of its
+        threads (``sync_threads``; no ``timeout=`` then, as a thread cannot be stopped).
 
         The function takes its input (one parameter, annotated with its type) and
         optionally the job's :class:`~sepp_lite.JobCtx`. ``job_type`` defaults to the
@@ -128,7 +130,7 @@ class Tasks:
 
     def _register(
         self,
-        fn: Callable[..., Awaitable[Any]],
+        fn: Callable[..., Any],
         *,
         job_type: Optional[str] = None,
         queue: Optional[str] = None,
@@ -172,7 +174,7 @@ class Tasks:
         lookahead: Duration = DEFAULT_LOOKAHEAD,
         misfire_grace: Optional[Duration] = None,
         **options: Any,
-    ) -> Callable[[Callable[..., Awaitable[Any]]], Task[bytes]]:
+    ) -> Callable[[Callable[..., Any]], Task[bytes]]:
         """Register an ``async def fn(ctx)`` (or ``fn()``) to run once per slot of a
         schedule: ``every=`` (``timedelta`` or seconds, whole seconds; slots counted from
         the Unix epoch in UTC) or ``cron=`` (5 fields, in ``tz``; the ``cron`` extra).
@@ -185,7 +187,7 @@ class Tasks:
         schedule: dict[str, Any] = {"every": every, "cron": cron, "tz": tz}
         schedule.update(lookahead=lookahead, misfire_grace=misfire_grace)
 
-        def register(fn: Callable[..., Awaitable[Any]]) -> Task[bytes]:
+        def register(fn: Callable[..., Any]) -> Task[bytes]:
             rest = {key: value for key, value in options.items() if key != "job_type"}
             name = options.get("job_type") or fn.__name__
             task: Task[bytes] = self._register(
@@ -302,7 +304,7 @@ class Tasks:
         worker.scheduler = scheduler if periodic else None
         for task in self._tasks.values():
             if task.queue in chosen:
-                handler = task.handler(self._middleware)
+                handler = task.handler(self._middleware, worker.run_in_thread)
                 if task.job_type in self._periodic:
                     handler = scheduler.guard(handler)
                 worker.handle(task.job_type, handler)
@@ -420,8 +422,7 @@ def _merged(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, An
 def _signature(fn: Callable[..., Any], hinted: bool) -> tuple[str, Any, bool]:
     """The input's name and (when ``hinted``) annotation, and whether the function
     takes ``ctx``."""
-    if not inspect.iscoroutinefunction(fn):
-        raise TypeError(f"{getattr(fn, '__qualname__', fn)!r}: a task must be an async def")
+    check_task_function(fn)
     positional = [
         p
         for p in inspect.signature(fn).parameters.values()

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import inspect
 import random
 from collections.abc import Awaitable, Coroutine, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar, Union, overload
 
-from sepp_lite import _otel
+from sepp_lite import _log
 from sepp_lite._time import Duration, as_timedelta, seconds_text
 from sepp_lite.tasks._codecs import Codec
 from sepp_lite.tasks._convert import InputError, type_name
@@ -31,9 +32,23 @@ if TYPE_CHECKING:
 
 __all__ = ["Backoff", "Middleware", "Retry", "Task"]
 
-logger = _otel.logger()
+logger = _log.logger()
 
 I = TypeVar("I")  # noqa: E741 - the task's input type, as in the docs
+
+InThread = Callable[..., Awaitable[Any]]
+"""How a plain ``def`` task's function is run: ``run_in_thread(fn, *args)``."""
+
+
+def check_task_function(fn: object) -> None:
+    """``TypeError`` unless ``fn`` can be a task's function: an ``async def`` (run on
+    the event loop) or a plain ``def`` (run in one of the worker's threads)."""
+    name = getattr(fn, "__qualname__", None) or repr(fn)
+    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
+        raise TypeError(f"{name!r}: a task is an async def or a plain def, not a generator")
+    if inspect.isclass(fn) or not callable(fn):
+        raise TypeError(f"{name!r}: a task is an async def or a plain def function")
+
 
 Middleware = Callable[[Callable[[Any, JobCtx], Awaitable[Any]], Any, JobCtx], Awaitable[Any]]
 """``async def mw(call_next, input, ctx)``: wraps every call of every task of a
@@ -111,7 +126,7 @@ class Task(Generic[I]):
 
     def __init__(
         self,
-        fn: Callable[..., Awaitable[Any]],
+        fn: Callable[..., Any],
         options: Options,
         input_type: Any,
         param: str,
@@ -124,6 +139,13 @@ class Task(Generic[I]):
         self.codec = codec
         self._param = param
         self._takes_ctx = takes_ctx
+        self.threaded = not inspect.iscoroutinefunction(fn)
+        if self.threaded and options.timeout is not None:
+            raise TypeError(
+                f"task {options.job_type!r}: timeout= needs an async def; a plain def runs "
+                "in a worker thread, which cannot be stopped (drop timeout=, or make it an "
+                "async def that awaits asyncio.to_thread() for its blocking part)"
+            )
         functools.update_wrapper(self, fn)
 
     # -- what it is --------------------------------------------------------------------
@@ -157,8 +179,9 @@ class Task(Generic[I]):
             f"<Task {self.job_type} on {self.queue!r}: {self._param}: {type_name(self.input_type)}>"
         )
 
-    def __call__(self, input: I, ctx: Optional[JobCtx] = None) -> Awaitable[Any]:
-        """The function itself, called with ``input`` (and ``ctx`` if it takes one)."""
+    def __call__(self, input: I, ctx: Optional[JobCtx] = None) -> Any:
+        """The function itself, called with ``input`` (and ``ctx`` if it takes one): an
+        awaitable for an ``async def`` task, the result for a plain ``def``."""
         if self._takes_ctx:
             return self.fn(input, ctx)
         return self.fn(input)
@@ -272,13 +295,17 @@ class Task(Generic[I]):
 
     # -- consuming ---------------------------------------------------------------------
 
-    def handler(self, middleware: Sequence[Middleware] = ()) -> Handler:
+    def handler(
+        self, middleware: Sequence[Middleware] = (), run_in_thread: Optional[InThread] = None
+    ) -> Handler:
         """The ``async def (payload, ctx)`` a :class:`~sepp_lite.Worker` runs for this
         task: decode (a payload that does not fit is dead-lettered at once, with the
         field in the reason), then the function, through ``middleware``, under the
-        time limit and the backoff."""
+        time limit and the backoff. A plain ``def`` task's function runs through
+        ``run_in_thread`` (the worker's :meth:`~sepp_lite.Worker.run_in_thread`;
+        ``asyncio.to_thread`` when not given)."""
         decode = self._decoder()
-        call = self._call(middleware)
+        call = self._call(middleware, run_in_thread)
         options = self._options
         if options.timeout is None and options.retry is None:
 
@@ -312,15 +339,25 @@ class Task(Generic[I]):
             reason += f" (payload encoding {payload.encoding!r}, expected {encoding!r})"
         return reason
 
-    def _call(self, middleware: Sequence[Middleware]) -> Callable[[Any, JobCtx], Awaitable[Any]]:
+    def _call(
+        self, middleware: Sequence[Middleware], run_in_thread: Optional[InThread]
+    ) -> Callable[[Any, JobCtx], Awaitable[Any]]:
         fn = self.fn
         call: Callable[[Any, JobCtx], Awaitable[Any]]
-        if self._takes_ctx:
+        if self.threaded:
+            in_thread: InThread = run_in_thread or asyncio.to_thread
+            takes_ctx = self._takes_ctx
+
+            def call(value: Any, ctx: JobCtx) -> Awaitable[Any]:
+                return in_thread(fn, value, ctx) if takes_ctx else in_thread(fn, value)
+
+        elif self._takes_ctx:
             call = fn
         else:
 
             def call(value: Any, ctx: JobCtx) -> Awaitable[Any]:
-                return fn(value)
+                awaitable: Awaitable[Any] = fn(value)
+                return awaitable
 
         for mw in reversed(middleware):
             call = functools.partial(mw, call)

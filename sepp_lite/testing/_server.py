@@ -49,6 +49,8 @@ class _GrpcServer(grpclib.server.Server):
         self._protocols: weakref.WeakSet[H2Protocol] = weakref.WeakSet()
         self._on_connection = on_connection
 
+    # grpclib's private hook: the one place a new connection can be seen (a grpclib
+    # internal the test server needs; tests/test_architecture.py lists it).
     def _protocol_factory(self) -> H2Protocol:
         protocol = super()._protocol_factory()
         self._protocols.add(protocol)

@@ -73,6 +73,8 @@ async def _reply(stream: Stream[bytes, bytes], message: bytes) -> None:
     fifth of a small call's server CPU). The trailers go out now rather than from
     grpclib's exit handler, while the socket is still corked.
     """
+    # grpclib internals (listed in tests/test_architecture.py): its Stream's HTTP/2
+    # stream and the flags its own send_* methods set.
     h2_stream = getattr(stream, "_stream", None)
     if h2_stream is None or stream._send_initial_metadata_done:  # not grpclib 0.4's layout
         await stream.send_message(message)
@@ -126,6 +128,9 @@ class QueueService:
         service (tonic's interceptor wraps the whole service, unknown methods too)."""
 
         async def unimplemented(stream: Stream[bytes, bytes]) -> None:
+            # grpclib's Stream keeps the requested path only in `_method_name` (one of
+            # the grpclib internals the test server reads; tests/test_architecture.py
+            # lists each with its reason).
             path = getattr(stream, "_method_name", "")
             if isinstance(path, str) and self.dispatch.guarded_path(path):
                 try:

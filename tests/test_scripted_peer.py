@@ -1,7 +1,8 @@
-"""The scripted HTTP/2 peer's own checks can fail: a hand-written client breaks each
-rule the peer judges (frame size, flow control, stream limit, header blocks, stream
-ids) and the peer must say so. Without this, a peer that never complains would make
-every ``peer.violations == []`` in ``test_http2_peer.py`` pass for nothing.
+"""The scripted HTTP/2 peer's own checks (``tests/h2_peer.py``) can fail: a hand-written
+client breaks each rule the peer judges (frame size, flow control, stream limit, header
+blocks, stream ids) and the peer must say so. Without this, a peer that never complains
+would make every ``peer.violations == []`` in ``test_http2_peer.py`` (the client against
+the peer) pass for nothing.
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""TaskSet: tasks clean up at the end of their own last step, exactly once, also when
-they are cancelled before they ever ran."""
+"""TaskSet (``sepp_lite/_tasks.py``, the owner of the worker's and the monitor's tasks;
+the typed tasks of ``sepp_lite.tasks`` are tested in ``test_typed_tasks*.py``): tasks
+clean up at the end of their own last step, exactly once, also when they are cancelled
+before they ever ran."""
 
 from __future__ import annotations
 
