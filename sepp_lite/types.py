@@ -499,7 +499,7 @@ class _Checked:
         self.queues = opts.queues
         self.names = tuple(opts.queues)
         self.fields = (opts.lease_duration, opts.wait_timeout, opts.worker_id, opts.max_jobs)
-        self.request: Any = None
+        self.request: Optional[bytes] = None
 
     def holds(self, opts: ReserveOptions) -> bool:
         """Whether every field of ``opts`` is still the object that was checked (and
@@ -527,15 +527,15 @@ def reserve_request(opts: ReserveOptions, encode: Callable[[ReserveOptions], byt
     checked and normalised again first, as at construction (the dataclass is mutable).
     The bytes are kept with the options while they stay unchanged, so options sent
     again (a Worker's, on every poll) cost neither a check nor an encoding."""
-    checked = opts.__dict__.get("_checked")
+    checked: Optional[_Checked] = opts.__dict__.get("_checked")
     if checked is None or not checked.holds(opts):
         opts.__post_init__()
         checked = opts.__dict__.get("_checked")
         if checked is None:  # a subclass whose __post_init__ does not call ours
             return encode(opts)
-    if checked.request is None:
-        checked.request = encode(opts)
-    request: bytes = checked.request
+    request = checked.request
+    if request is None:
+        request = checked.request = encode(opts)
     return request
 
 

@@ -598,7 +598,9 @@ class Worker:
 
     def _options_for(self, limit: int, until_idle: bool) -> ReserveOptions:
         # A copy asking for no more than the free room; self._opts keeps the user's max_jobs.
-        # Its values are checked already (limit is at least 1 and at most max_jobs).
+        # Its values are checked already, but for the count: max_in_flight has no upper
+        # bound of its own (checked here once per count, not per poll).
+        _validate.max_jobs(limit)
         base = self._opts
         wait = base.wait_timeout
         if until_idle and wait.total_seconds() > _IDLE_WAIT_S:
@@ -831,7 +833,7 @@ class Worker:
             )
             opts.wait_timeout = info.max_wait_timeout
         if changes:
-            self._poll_options.clear()  # built from the options before
+            self._poll_options.clear()  # made from the values before the clamp
             logger.warning(
                 "clamped to the server's limits: %s (the server would clamp them on every "
                 "call; ask for no more than it allows to silence this)",
