@@ -1,17 +1,19 @@
-"""The client-side checks of what the client sends, in one place: small functions that
-raise ``TypeError``/``ValueError`` (or one of their public subclasses) with the message
-users see, or return the value normalised. (Not here: the Worker's own arguments, the
-address and API-key checks of the transport, and the argument type checks at the top
-of ``reserve`` and ``nack``.)
+"""The rules of what the client sends, in one place: small functions of plain values
+that raise ``TypeError``/``ValueError`` with the message users see, return the value
+normalised, or say what is wrong with it. (Not here: the Worker's stricter rules for its
+own arguments, the address and API-key checks of the transport, and the argument type
+checks at the top of ``reserve`` and ``nack``.)
 
-Who calls them:
+Who applies them, each value once where it enters:
 
-* the dataclasses of :mod:`sepp_lite.types`, from ``__post_init__`` (checks at
-  construction);
-* :class:`~sepp_lite.client.SeppClient`, once per call before encoding (the dataclasses
-  are mutable, so what is sent is checked again: :func:`enqueue_batch`, and
-  ``ReserveOptions.__post_init__`` for reserve);
-* the CLI, to check a job before queueing it for a batch (:func:`enqueue_request`).
+* the dataclasses of :mod:`sepp_lite.types`, from ``__post_init__`` (what sepp-py checks
+  at construction), and the checks ``types`` makes of a request when it is sent (the
+  dataclasses are mutable: ``check_enqueue_request``, and ``reserve_request``, which
+  checks options again only when a field changed since they were checked);
+* :class:`~sepp_lite.worker.Worker`, for its own arguments;
+* :class:`~sepp_lite.client.SeppClient`, for the arguments of its calls and
+  ``connect``;
+* the CLI and the in-process server, for the queue names they read.
 
 The encoders in :mod:`sepp_lite._codec` assume checked input. They keep only guards
 against values that would otherwise go out as some other value without a word (an int
@@ -19,9 +21,9 @@ outside uint32 or int64, a negative duration, payload data that ``bytes()`` woul
 misread), and those guards call the functions here, so the rule and its message stay
 one.
 
-This module imports neither :mod:`sepp_lite.types` nor the codec (``types`` imports it);
-the value classes a request's fields must be are handed over by ``types`` once defined
-(:func:`use_value_types`).
+This module knows no class of :mod:`sepp_lite.types` (which imports it) and raises none
+of its errors: a rule a value class enforces with its own error (a priority, a trace
+context) is a predicate here, and the class raises.
 """
 
 from __future__ import annotations
@@ -30,32 +32,23 @@ import functools
 import re
 import ssl
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta
-from typing import Any, Optional, TypeVar
+from datetime import timedelta
+from typing import Any, Optional
 
-from sepp_lite import errors
 from sepp_lite._time import as_timedelta
 
-Job = TypeVar("Job")
-"""A ``sepp_lite.types.EnqueueRequest`` (not imported here: see the module docstring)."""
-
 __all__ = [
-    "PriorityOutOfRangeError",
-    "TraceContextError",
     "custom_map",
     "custom_value_type_error",
     "drain_arguments",
     "duration",
-    "enqueue_batch",
-    "enqueue_request",
     "int64",
     "is_control",
+    "is_priority",
     "job_type",
     "max_jobs",
     "non_negative_wire_duration",
-    "payload",
     "payload_data",
-    "priority",
     "queue",
     "queue_name_error",
     "queue_names",
@@ -63,48 +56,15 @@ __all__ = [
     "retry_directive",
     "retry_policy",
     "ssl_context",
-    "trace_context",
+    "trace_context_problem",
     "traceparent_problem",
     "uint32",
-    "use_value_types",
     "worker_id",
 ]
 
 UINT32_MAX = 0xFFFF_FFFF
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
-
-# ---------------------------------------------------------------------------------------
-# The errors of the value types (public as ``sepp_lite.types.*``, where they always were)
-
-
-class PriorityOutOfRangeError(ValueError):
-    """A priority outside ``0..=9``, or not an ``int`` (``bool`` is refused)."""
-
-    def __init__(self, value: object) -> None:
-        self.value = value
-        super().__init__(f"priority must be an int from 0 to 9, got {value!r}")
-
-
-class TraceContextError(ValueError):
-    """A ``traceparent`` that is not a valid W3C trace-context header."""
-
-
-PriorityOutOfRangeError.__module__ = TraceContextError.__module__ = "sepp_lite.types"
-
-# The classes of sepp_lite.types that request fields must be instances of; set by
-# use_value_types() when sepp_lite.types is imported, which is before any request exists.
-_Payload: Any = None
-_Priority: Any = None
-_TraceContext: Any = None
-
-
-def use_value_types(payload_class: type, priority_class: type, trace_class: type) -> None:
-    """Called once by :mod:`sepp_lite.types` with its ``Payload``, ``Priority`` and
-    ``TraceContext`` (imported the other way round, they would form an import cycle)."""
-    global _Payload, _Priority, _TraceContext
-    _Payload, _Priority, _TraceContext = payload_class, priority_class, trace_class
-
 
 # ---------------------------------------------------------------------------------------
 # Integers and durations
@@ -219,11 +179,10 @@ def drain_arguments(queue: object, max_records: object) -> None:
 # Priority, trace context, retries
 
 
-def priority(value: object) -> int:
-    """A priority's value: an int from 0 to 9 (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 9:
-        raise PriorityOutOfRangeError(value)
-    return value
+def is_priority(value: object) -> bool:
+    """Whether ``value`` is a priority's value: an int from 0 to 9 (not a bool).
+    ``Priority`` raises its ``PriorityOutOfRangeError`` when it is not."""
+    return not isinstance(value, bool) and isinstance(value, int) and 0 <= value <= 9
 
 
 _TRACEPARENT = re.compile(r"[0-9a-fA-F]{2}-[0-9a-fA-F]{32}-[0-9a-fA-F]{16}-[0-9a-fA-F]{2}")
@@ -250,13 +209,15 @@ def traceparent_problem(traceparent: object) -> str | None:
     return "malformed"  # pragma: no cover - the regex and the split agree
 
 
-def trace_context(traceparent: object, tracestate: object) -> None:
-    """A ``TraceContext``'s fields; :class:`TraceContextError` when invalid."""
+def trace_context_problem(traceparent: object, tracestate: object) -> str | None:
+    """What is wrong with a ``TraceContext``'s fields (the message of the
+    ``TraceContextError`` it raises), or ``None`` when they are valid."""
     problem = traceparent_problem(traceparent)
     if problem is not None:
-        raise TraceContextError(f"invalid traceparent: {problem}")
+        return f"invalid traceparent: {problem}"
     if tracestate is not None and not isinstance(tracestate, str):
-        raise TraceContextError("tracestate must be a str or None")
+        return "tracestate must be a str or None"
+    return None
 
 
 DIRECTIVE_KINDS = ("default", "after", "dead_letter")
@@ -290,22 +251,13 @@ def retry_policy(
 
 
 # ---------------------------------------------------------------------------------------
-# Enqueue: payloads, custom values, whole requests
+# Enqueue: payload data, custom values, the size of a request
 
 
 def payload_data(data: object) -> None:
     """``Payload.data``: bytes, or a bytearray or memoryview (sent as their bytes)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"payload.data must be bytes, got {type(data).__name__}")
-
-
-def payload(value: object) -> None:
-    """A job's payload (not ``None``)."""
-    if not isinstance(value, _Payload):
-        raise TypeError(f"payload must be a Payload or None, got {type(value).__name__}")
-    payload_data(value.data)
-    if not isinstance(value.encoding, str):
-        raise TypeError("payload.encoding must be a str")
 
 
 def custom_value_type_error(key: object, value: object) -> TypeError:
@@ -340,69 +292,10 @@ def custom_map(custom: Mapping[str, object]) -> None:
         _custom_entry(key, value)
 
 
-def enqueue_request(job: Any) -> None:
-    """Everything about one job the client would refuse to send, checked in field
-    order; the dataclass is mutable, so this runs on what is sent, not at construction.
-    (Limits the server advertises are not checked here; see :func:`enqueue_batch`.)"""
-    queue, job_type = job.queue, job.job_type
-    if queue.__class__ is not str or not queue:
-        raise ValueError("queue must be a non-empty str")
-    if job_type.__class__ is not str or not job_type:
-        raise ValueError("job_type must be a non-empty str")
-    # Each field's usual value (exact class) is let through inline; anything else gets
-    # the full rule, which raises or accepts it (subclasses, bytearray data...).
-    body = job.payload
-    if body is not None and (
-        body.__class__ is not _Payload
-        or body.data.__class__ is not bytes
-        or body.encoding.__class__ is not str
-    ):
-        payload(body)
-    key = job.idempotency_key
-    if key is not None and key.__class__ is not str and not isinstance(key, str):
-        raise TypeError("idempotency_key must be a str or None")
-    value = job.priority
-    if value is not None and value.__class__ is not _Priority and not isinstance(value, _Priority):
-        priority(value)
-    attempts = job.max_attempts
-    if attempts is not None and (attempts.__class__ is not int or not 0 <= attempts <= UINT32_MAX):
-        uint32(attempts, "max_attempts")
-    trace = job.trace_context
-    if trace is not None and not isinstance(trace, _TraceContext):
-        raise TypeError("trace_context must be a TraceContext or None")
-    if job.custom:
-        custom_map(job.custom)
-    when = job.scheduled_at
-    if when is not None and not isinstance(when, datetime):
-        raise TypeError("scheduled_at must be a datetime or None")
-
-
 # The largest request the server decodes: its limits.max_message_bytes, 16 MiB unless
 # configured, which GetServerInfo does not report. A larger request is refused whole
 # (OUT_OF_RANGE) before anything in it is read, so the client refuses it before sending.
 MAX_REQUEST_BYTES = 16 * 1024 * 1024
-
-
-def enqueue_batch(
-    jobs: Iterable[Job], payload_limit: int = 0
-) -> tuple[list[Job], dict[int, errors.JobRejection]]:
-    """The jobs of an enqueue as a list, and those refused without sending them, by
-    index. Raises :class:`~sepp_lite.errors.EmptyBatchError` for no jobs, and the
-    error of the first job that cannot be sent (:func:`enqueue_request`). A payload over
-    ``payload_limit`` (the server's advertised ``max_payload_bytes``; 0 for none known)
-    is refused with the server's own ``PayloadTooLarge``, as a value."""
-    batch = list(jobs)
-    if not batch:
-        raise errors.EmptyBatchError()
-    for job in batch:
-        enqueue_request(job)
-    refused: dict[int, errors.JobRejection] = {}
-    if payload_limit:
-        for index, job in enumerate(batch):
-            body = job.payload  # type: ignore[attr-defined]
-            if body is not None and len(body.data) > payload_limit:
-                refused[index] = errors.PayloadTooLarge(payload_limit, len(body.data))
-    return batch, refused
 
 
 # ---------------------------------------------------------------------------------------

@@ -62,6 +62,8 @@ from sepp_lite.types import (
     RetryPolicy,
     ServerInfo,
     bind_lease,
+    check_enqueue_request,
+    reserve_request,
 )
 
 if TYPE_CHECKING:
@@ -327,9 +329,20 @@ class SeppClient:
         """The jobs as a list, every one checked (a job that cannot be sent raises),
         and the ones refused here by their index: a payload over the server's
         advertised limit gets the server's own ``PayloadTooLarge``."""
+        batch = list(jobs)
+        if not batch:
+            raise errors.EmptyBatchError()
+        for job in batch:
+            check_enqueue_request(job)
+        refused: dict[int, errors.JobRejection] = {}
         info = self._server_info
-        limit = info.max_payload_bytes if info is not None and self._check_payload_limit else 0
-        return _validate.enqueue_batch(jobs, limit)
+        if info is not None and info.max_payload_bytes and self._check_payload_limit:
+            limit = info.max_payload_bytes
+            for index, job in enumerate(batch):
+                body = job.payload
+                if body is not None and len(body.data) > limit:
+                    refused[index] = errors.PayloadTooLarge(limit, len(body.data))
+        return batch, refused
 
     async def enqueue_batch(
         self, jobs: Iterable[EnqueueRequest]
@@ -458,8 +471,8 @@ class SeppClient:
         """
         if not isinstance(opts, ReserveOptions):
             raise TypeError(f"reserve() takes ReserveOptions, got {type(opts).__name__}")
-        opts.__post_init__()  # the dataclass is mutable: check what is sent now
-        request = encode_reserve_request(opts)
+        # Checked again only if a field changed since it was checked (it is mutable).
+        request = reserve_request(opts, encode_reserve_request)
         timeout = opts.wait_timeout.total_seconds() + _RESERVE_SLACK_S
         attributes = {"sepp.worker_id": opts.worker_id or "<none>"}
         with _otel.client_span("sepp.reserve", attributes) as span:

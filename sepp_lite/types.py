@@ -2,19 +2,25 @@
 
 These mirror sepp-py 0.1.0's ``sepp.types`` field for field, so code written for the
 official client runs unchanged; durations also accept float seconds.
+
+Each value is checked where it enters, by the rules of :mod:`sepp_lite._validate`: at
+construction, what sepp-py checks there; when it is sent, the rest, and again what may
+have changed since (the dataclasses are mutable): :func:`check_enqueue_request` for a
+job, :func:`reserve_request` for reserve options, which are checked again only when a
+field changed since they were last checked.
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import operator
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Optional, Union
 
 from sepp_lite import _otel, _validate
 from sepp_lite._time import Duration
-from sepp_lite._validate import PriorityOutOfRangeError, TraceContextError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator, Mapping
@@ -69,6 +75,18 @@ Primitive = Union[str, int, float, bool]
 _DEFAULT_WAIT_TIMEOUT = timedelta(seconds=30)
 
 
+class PriorityOutOfRangeError(ValueError):
+    """A priority outside ``0..=9``, or not an ``int`` (``bool`` is refused)."""
+
+    def __init__(self, value: object) -> None:
+        self.value = value
+        super().__init__(f"priority must be an int from 0 to 9, got {value!r}")
+
+
+class TraceContextError(ValueError):
+    """A ``traceparent`` that is not a valid W3C trace-context header."""
+
+
 @dataclass(frozen=True)
 class Payload:
     """A job's opaque body and the encoding hint that says how to read it.
@@ -100,7 +118,8 @@ class Priority:
     P9: ClassVar[Priority]
 
     def __post_init__(self) -> None:
-        _validate.priority(self.value)
+        if not _validate.is_priority(self.value):
+            raise PriorityOutOfRangeError(self.value)
 
     def __int__(self) -> int:
         return self.value
@@ -138,7 +157,9 @@ class TraceContext:
     tracestate: Optional[str] = None
 
     def __post_init__(self) -> None:
-        _validate.trace_context(self.traceparent, self.tracestate)
+        problem = _validate.trace_context_problem(self.traceparent, self.tracestate)
+        if problem is not None:
+            raise TraceContextError(problem)
 
     @classmethod
     def from_current_otel(cls) -> TraceContext | None:
@@ -185,7 +206,8 @@ class EnqueueRequest:
     scheduled_at: Optional[datetime] = None
 
     def __post_init__(self) -> None:
-        # The rest is checked when the request is sent (_validate.enqueue_request).
+        # What sepp-py checks here; the rest is checked when the request is sent
+        # (check_enqueue_request).
         _validate.queue(self.queue)
         _validate.job_type(self.job_type)
         if self.priority is not None and not isinstance(self.priority, Priority):
@@ -276,7 +298,7 @@ class ReserveOptions:
     max_jobs: Optional[int] = None
 
     def __post_init__(self) -> None:
-        # Also run by the client before each reserve: the dataclass is mutable.
+        # Run again by reserve_request when a field changed since: the dataclass is mutable.
         self.queues = _validate.queue_names(self.queues)
         self.lease_duration = _validate.duration(
             self.lease_duration, "lease_duration", positive=True
@@ -284,6 +306,7 @@ class ReserveOptions:
         self.wait_timeout = _validate.duration(self.wait_timeout, "wait_timeout")
         _validate.worker_id(self.worker_id)
         _validate.max_jobs(self.max_jobs)
+        _mark_checked(self)
 
 
 @dataclass(frozen=True)
@@ -416,5 +439,122 @@ class RetryDirective:
 RetryDirective.DEFAULT = RetryDirective.default()
 RetryDirective.DEAD_LETTER = RetryDirective.dead_letter()
 
-# What a request's fields must be, for the checks made when it is sent.
-_validate.use_value_types(Payload, Priority, TraceContext)
+
+# ---------------------------------------------------------------------------------------
+# The checks made when a value is sent
+
+
+def check_enqueue_request(job: EnqueueRequest) -> None:
+    """Everything about one job the client would refuse to send, checked in field
+    order; the dataclass is mutable, so this runs on what is sent (the client runs it
+    on every job of an enqueue, the CLI on every job it reads). Limits the server
+    advertises are not checked here."""
+    queue, job_type = job.queue, job.job_type
+    if queue.__class__ is not str or not queue:
+        raise ValueError("queue must be a non-empty str")
+    if job_type.__class__ is not str or not job_type:
+        raise ValueError("job_type must be a non-empty str")
+    # Each field's usual value (exact class) is let through inline; anything else gets
+    # the full rule, which raises or accepts it (subclasses, bytearray data...).
+    body = job.payload
+    if body is not None and (
+        body.__class__ is not Payload
+        or body.data.__class__ is not bytes
+        or body.encoding.__class__ is not str
+    ):
+        _check_payload(body)
+    key = job.idempotency_key
+    if key is not None and key.__class__ is not str and not isinstance(key, str):
+        raise TypeError("idempotency_key must be a str or None")
+    value = job.priority
+    if value is not None and value.__class__ is not Priority and not isinstance(value, Priority):
+        Priority(value)  # PriorityOutOfRangeError, unless it is an int from 0 to 9
+    attempts = job.max_attempts
+    if attempts is not None and (
+        attempts.__class__ is not int or not 0 <= attempts <= _validate.UINT32_MAX
+    ):
+        _validate.uint32(attempts, "max_attempts")
+    if job.trace_context is not None and not isinstance(job.trace_context, TraceContext):
+        raise TypeError("trace_context must be a TraceContext or None")
+    if job.custom:
+        _validate.custom_map(job.custom)
+    when = job.scheduled_at
+    if when is not None and not isinstance(when, datetime):
+        raise TypeError("scheduled_at must be a datetime or None")
+
+
+def _check_payload(value: object) -> None:
+    if not isinstance(value, Payload):
+        raise TypeError(f"payload must be a Payload or None, got {type(value).__name__}")
+    _validate.payload_data(value.data)
+    if not isinstance(value.encoding, str):
+        raise TypeError("payload.encoding must be a str")
+
+
+class _Checked:
+    """What a ``ReserveOptions`` held when it was last checked (the very objects), and
+    the request the client made of it."""
+
+    def __init__(self, opts: ReserveOptions) -> None:
+        self.queues = opts.queues
+        self.names = tuple(opts.queues)
+        self.fields = (opts.lease_duration, opts.wait_timeout, opts.worker_id, opts.max_jobs)
+        self.request: Optional[bytes] = None
+
+    def holds(self, opts: ReserveOptions) -> bool:
+        """Whether every field of ``opts`` is still the object that was checked (and
+        the list of queues still holds the names that were checked)."""
+        queues, (lease, wait, worker_id, max_jobs) = opts.queues, self.fields
+        return (
+            queues is self.queues
+            and opts.lease_duration is lease
+            and opts.wait_timeout is wait
+            and opts.worker_id is worker_id
+            and opts.max_jobs is max_jobs
+            and len(queues) == len(self.names)
+            and all(map(operator.is_, queues, self.names))
+        )
+
+
+def _mark_checked(opts: ReserveOptions) -> None:
+    # Kept outside the fields: not compared, not shown, not a parameter.
+    opts.__dict__["_checked"] = _Checked(opts)
+
+
+def reserve_request(opts: ReserveOptions, encode: Callable[[ReserveOptions], bytes]) -> bytes:
+    """``encode(opts)`` for ``SeppClient.reserve``, from checked options: when a field
+    was set (or the list of queues changed) since ``opts`` was last checked, it is
+    checked and normalised again first, as at construction (the dataclass is mutable).
+    The bytes are kept with the options while they stay unchanged, so options sent
+    again (a Worker's, on every poll) cost neither a check nor an encoding."""
+    checked: Optional[_Checked] = opts.__dict__.get("_checked")
+    if checked is None or not checked.holds(opts):
+        opts.__post_init__()
+        checked = opts.__dict__.get("_checked")
+        if checked is None:  # a subclass whose __post_init__ does not call ours
+            return encode(opts)
+    request = checked.request
+    if request is None:
+        request = checked.request = encode(opts)
+    return request
+
+
+def checked_reserve_options(
+    queues: QueueSequence[str],
+    lease_duration: timedelta,
+    wait_timeout: Optional[timedelta],
+    worker_id: Optional[str],
+    max_jobs: Optional[int],
+) -> ReserveOptions:
+    """``ReserveOptions`` of values the caller has checked by the same rules
+    (``_validate``'s), made without checking them again: how a Worker, which checks its
+    own arguments once (in its order, and with a stricter rule for the wait), makes the
+    options it reserves with. ``wait_timeout`` ``None`` is the default wait."""
+    opts: ReserveOptions = object.__new__(ReserveOptions)
+    opts.queues = queues
+    opts.lease_duration = lease_duration
+    opts.wait_timeout = _DEFAULT_WAIT_TIMEOUT if wait_timeout is None else wait_timeout
+    opts.worker_id = worker_id
+    opts.max_jobs = max_jobs
+    _mark_checked(opts)
+    return opts

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-import dataclasses
 import inspect
 import os
 import re
@@ -22,7 +21,7 @@ from collections.abc import Awaitable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
 
-from sepp_lite import _log, _otel, _otel_metrics
+from sepp_lite import _log, _otel, _otel_metrics, _validate
 from sepp_lite._handlers import RegisteredHandler, check_handler, handler_name
 from sepp_lite._lease import Lease
 from sepp_lite._observe import WorkerEvents, WorkerObserver
@@ -47,7 +46,15 @@ from sepp_lite.errors import (
     TransportError,
 )
 from sepp_lite.shutdown import ShutdownHandle
-from sepp_lite.types import Job, JobCtx, Payload, ReserveOptions, RetryDirective, ServerInfo
+from sepp_lite.types import (
+    Job,
+    JobCtx,
+    Payload,
+    ReserveOptions,
+    RetryDirective,
+    ServerInfo,
+    checked_reserve_options,
+)
 
 if TYPE_CHECKING:
     from sepp_lite.types import QueueNames
@@ -294,12 +301,20 @@ class Worker:
                 f"Worker(): queues must be a list of queue names, not the str {queues!r} "
                 f"(write [{queues!r}] for one queue)"
             )
-        options: dict[str, Any] = {"max_jobs": max_jobs}
-        options["worker_id"] = default_worker_id() if worker_id is None else worker_id
+        # Each reserve option checked once, here, in this order; a zero wait is refused
+        # (a busy loop), which ReserveOptions allows.
+        worker_id = default_worker_id() if worker_id is None else worker_id
+        wait = None
         if wait_timeout is not None:
-            options["wait_timeout"] = as_timedelta(wait_timeout, "wait_timeout", positive=True)
+            wait = as_timedelta(wait_timeout, "wait_timeout", positive=True)
         lease = as_timedelta(lease_duration, "lease_duration", positive=True)
-        self._opts = ReserveOptions(list(queues), lease, **options)
+        names = _validate.queue_names(queues)
+        _validate.worker_id(worker_id)
+        _validate.max_jobs(max_jobs)
+        self._opts = checked_reserve_options(names, lease, wait, worker_id, max_jobs)
+        # What each poll sends, by (max_jobs, until_idle): built once, so that a poll
+        # neither checks nor encodes its options again.
+        self._poll_options: dict[tuple[int, bool], ReserveOptions] = {}
         self._client = client
         self._handlers: dict[str, RegisteredHandler] = {}
         self._catch_all: RegisteredHandler | None = None
@@ -590,11 +605,23 @@ class Worker:
         return True
 
     async def _reserve(self, limit: int, until_idle: bool) -> list[Job] | None:
-        # A copy asking for no more than the free room; self._opts keeps the user's max_jobs.
-        opts = dataclasses.replace(self._opts, max_jobs=limit)
-        if until_idle and opts.wait_timeout.total_seconds() > _IDLE_WAIT_S:
-            opts.wait_timeout = timedelta(seconds=_IDLE_WAIT_S)
+        opts = self._poll_options.get((limit, until_idle))
+        if opts is None:
+            opts = self._poll_options[limit, until_idle] = self._options_for(limit, until_idle)
         return await self._client.reserve(opts)
+
+    def _options_for(self, limit: int, until_idle: bool) -> ReserveOptions:
+        # A copy asking for no more than the free room; self._opts keeps the user's max_jobs.
+        # Its values are checked already, but for the count: max_in_flight has no upper
+        # bound of its own (checked here once per count, not per poll).
+        _validate.max_jobs(limit)
+        base = self._opts
+        wait = base.wait_timeout
+        if until_idle and wait.total_seconds() > _IDLE_WAIT_S:
+            wait = timedelta(seconds=_IDLE_WAIT_S)
+        return checked_reserve_options(
+            base.queues, base.lease_duration, wait, base.worker_id, limit
+        )
 
     def _start(self, job: Job, permits: asyncio.Semaphore, jobs: TaskSet) -> None:
         run = _Run(job, jobs)
@@ -824,6 +851,7 @@ class Worker:
             )
             opts.wait_timeout = info.max_wait_timeout
         if changes:
+            self._poll_options.clear()  # made from the values before the clamp
             logger.warning(
                 "clamped to the server's limits: %s (the server would clamp them on every "
                 "call; ask for no more than it allows to silence this)",

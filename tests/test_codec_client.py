@@ -22,7 +22,7 @@ from betterproto.lib.google.protobuf import Empty
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from sepp_lite import _validate, errors
+from sepp_lite import errors
 from sepp_lite._codec.dead_letters import (
     decode_drain_dead_letters_response,
     encode_drain_dead_letters_request,
@@ -58,6 +58,7 @@ from sepp_lite.types import (
     PriorityOutOfRangeError,
     ReserveOptions,
     TraceContext,
+    check_enqueue_request,
 )
 from tests import protobuf_ref, wire_edit
 from tests import strategies as s
@@ -354,7 +355,7 @@ def test_custom_keys_must_be_str() -> None:
     # A check, not an encoder guard: a key that is not a str cannot be encoded at all.
     job = EnqueueRequest("q", "t", custom={1: "v"})  # type: ignore[dict-item]
     with pytest.raises(TypeError, match="custom keys must be str"):
-        _validate.enqueue_request(job)
+        check_enqueue_request(job)
 
 
 @FEW
@@ -440,7 +441,7 @@ def test_empty_queue_or_job_type_is_refused_when_sent(field: str) -> None:
     job = EnqueueRequest("q", "t")
     setattr(job, field, "")
     with pytest.raises(ValueError, match=f"{field} must be a non-empty str"):
-        _validate.enqueue_request(job)
+        check_enqueue_request(job)
 
 
 _FENCED: dict[str, Callable[[int], bytes]] = {

@@ -7,6 +7,11 @@ with a literal name. A module's parent packages are not edges: importing
 ``sepp_lite.cli.common`` runs ``sepp_lite/cli/__init__.py`` first, but a package that
 imports its own modules is how a package is built, and counting it would make every
 module part of a cycle with its package.
+
+Nor does a module set another's globals, the cycle an import graph cannot see: a lower
+module that is handed what it may not import (``low.use(HighClass)``, a function of
+``low`` rebinding its globals with ``global``, or ``low.NAME = value``) depends on the
+higher one all the same.
 """
 
 from __future__ import annotations
@@ -181,6 +186,140 @@ def test_the_cycle_finder_sees_imports_hidden_in_functions_and_type_checking(
     cycles = sorted(find_cycles(graph))
     assert cycles == [["pkg.a", "pkg.b", "pkg.sub.c", "pkg.a"], ["pkg.d", "pkg.e", "pkg.d"]]
     assert "  pkg.sub.c -> pkg.a   (pkg/sub/c.py:4)" in describe(graph, cycles[0]).splitlines()
+
+
+# ---------------------------------------------------------------------------------------
+# Globals set from another module
+
+
+def _setters(tree: ast.Module) -> set[str]:
+    """The functions of a module that rebind its globals (a ``global`` statement)."""
+    return {
+        node.name
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and any(isinstance(inner, ast.Global) for inner in ast.walk(node))
+    }
+
+
+def _bound_names(module: str, path: Path, tree: ast.Module, modules: set[str]) -> dict[str, str]:
+    """The names an import binds in ``module`` to another module of ``modules``
+    (``name -> module``) or to a name of one (``name -> module:name``)."""
+    bound = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname and alias.name in modules:
+                    bound[alias.asname] = alias.name
+        elif isinstance(node, ast.ImportFrom):
+            for alias, target in zip(node.names, _from_targets(module, path, node, modules)):
+                if target.partition(":")[0] in modules:
+                    bound[alias.asname or alias.name] = target
+    return bound
+
+
+def _from_targets(
+    module: str, path: Path, node: ast.ImportFrom, modules: set[str]
+) -> Iterator[str]:
+    # What the module part resolves to: the package a name that is no module comes from.
+    nothing = ast.alias(name="")
+    base = next(_imported(module, path, ast.ImportFrom(node.module, [nothing], node.level), set()))
+    for alias in node.names:
+        submodule = f"{base}.{alias.name}"
+        yield submodule if submodule in modules else f"{base}:{alias.name}"
+
+
+def _module_named(node: ast.expr, bound: dict[str, str]) -> str | None:
+    """The module ``node`` names, when it is a name an import bound to a module."""
+    if isinstance(node, ast.Name) and ":" not in bound.get(node.id, ":"):
+        return bound[node.id]
+    return None
+
+
+def _written(node: ast.AST, bound: dict[str, str]) -> Iterator[tuple[str, str]]:
+    """``(module, name)`` for a global of another module that ``node`` may set: by
+    assigning it (``other.NAME = ...``, ``setattr(other, ...)``), or by calling one of
+    that module's functions (``other.f()``, or ``f()`` imported from it)."""
+    targets: list[ast.expr] = []
+    if isinstance(node, ast.Assign):
+        targets = node.targets
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        targets = [node.target]
+    for target in targets:
+        if isinstance(target, ast.Attribute):
+            owner = _module_named(target.value, bound)
+            if owner is not None:
+                yield owner, target.attr
+    if isinstance(node, ast.Call):
+        yield from _called(node, bound)
+
+
+def _called(node: ast.Call, bound: dict[str, str]) -> Iterator[tuple[str, str]]:
+    func = node.func
+    if isinstance(func, ast.Name) and func.id == "setattr" and node.args:
+        owner = _module_named(node.args[0], bound)
+        if owner is not None:
+            yield owner, "<setattr>"
+    elif isinstance(func, ast.Attribute):
+        owner = _module_named(func.value, bound)
+        if owner is not None:
+            yield owner, f"{func.attr}()"
+    elif isinstance(func, ast.Name) and ":" in bound.get(func.id, ""):
+        owner, name = bound[func.id].split(":")
+        yield owner, f"{name}()"
+
+
+def foreign_global_writes(package_dir: Path) -> list[str]:
+    """Every place where a module of the package sets another one's globals, as
+    ``path:line: module sets other.NAME`` (or ``other.setter()``, a call of a function
+    of ``other`` that rebinds its globals), in file and line order."""
+    modules = modules_of(package_dir)
+    trees = {name: ast.parse(path.read_text(encoding="utf-8")) for name, path in modules.items()}
+    setters = {name: _setters(tree) for name, tree in trees.items()}
+    found = []
+    for module, tree in trees.items():
+        bound = _bound_names(module, modules[module], tree, set(modules))
+        where = modules[module].relative_to(package_dir.parent)
+        for node in ast.walk(tree):
+            for owner, name in _written(node, bound):
+                if owner == module or (name.endswith("()") and name[:-2] not in setters[owner]):
+                    continue
+                line = getattr(node, "lineno", 0)
+                found.append((str(where), line, f"{module} sets {owner}.{name}"))
+    return [f"{path}:{line}: {text}" for path, line, text in sorted(found)]
+
+
+def test_no_module_sets_another_modules_globals() -> None:
+    package_dir = Path(sepp_lite.__file__).parent
+    assert foreign_global_writes(package_dir) == []
+
+
+def test_the_finder_sees_globals_handed_down_or_set_from_above(tmp_path: Path) -> None:
+    _write(
+        tmp_path,
+        {
+            "pkg/__init__.py": "",
+            "pkg/low.py": (
+                "_Kind = None\n\ndef use(kind):\n    global _Kind\n    _Kind = kind\n\n"
+                "def plain(value):\n    return value\n"
+            ),
+            "pkg/high.py": (
+                "from pkg import low\nfrom pkg.low import use as adopt\n\nclass Kind:\n    pass\n\n"
+                "low.use(Kind)\nadopt(Kind)\nlow.plain(Kind)\nlow.LIMIT = 3\n"
+                "setattr(low, 'OTHER', 4)\n"
+            ),
+            "pkg/alone.py": (
+                "import os\n_lock = None\n\ndef fresh():\n    global _lock\n    _lock = 1\n\n"
+                "os.register_at_fork(after_in_child=fresh)\nos.environ = {}\n"
+            ),
+        },
+    )
+    assert foreign_global_writes(tmp_path / "pkg") == [
+        "pkg/high.py:7: pkg.high sets pkg.low.use()",
+        "pkg/high.py:8: pkg.high sets pkg.low.use()",
+        "pkg/high.py:10: pkg.high sets pkg.low.LIMIT",
+        "pkg/high.py:11: pkg.high sets pkg.low.<setattr>",
+    ]
 
 
 if __name__ == "__main__":  # pragma: no cover - a quick look at the graph

@@ -67,7 +67,7 @@ from sepp_lite.types import EnqueueAck, EnqueueRequest, Priority
 # ---------------------------------------------------------------------------------------
 # EnqueueBatchRequest: written by the client
 #
-# The writers take jobs checked by ``sepp_lite._validate.enqueue_request`` (the client
+# The writers take jobs checked by ``sepp_lite.types.check_enqueue_request`` (the client
 # and the CLI run it before encoding). They keep only the guards against a value going
 # out as some other value: a priority or max_attempts outside its range, a custom int
 # outside int64, payload data that is not bytes-like. A field of some other wrong type

@@ -49,6 +49,7 @@ from sepp_lite.types import (
     Primitive,
     ServerInfo,
     TraceContext,
+    check_enqueue_request,
 )
 
 __all__ = [
@@ -224,7 +225,7 @@ def _check_request(request: EnqueueRequest) -> int:
     ``ValueError`` for what enqueue would refuse), and its queue name by the server's
     rule (which the server would answer with a rejection); return its encoded size,
     which batches are sized by."""
-    _validate.enqueue_request(request)
+    check_enqueue_request(request)
     problem = _validate.queue_name_error(request.queue)
     if problem is not None:
         raise ValueError(f"queue name {request.queue!r} {problem}")
