@@ -42,10 +42,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import logging
 from collections import deque
 from typing import Callable, Optional, Union
 
-from sepp_lite import _otel, errors
+from sepp_lite import _log, _otel, errors
 from sepp_lite._codec.enqueue import decode_enqueue_batch_response
 from sepp_lite._retry import call_with_retry
 from sepp_lite._status import CallFailure, Status
@@ -53,6 +54,9 @@ from sepp_lite._transport import Transport
 from sepp_lite.types import EnqueueAck, RetryPolicy
 
 __all__ = ["DEFAULT_BATCH_JOBS", "MAX_BATCH_BYTES", "Coalescer"]
+
+logger = _log.logger()
+_plain_logger = logging.getLogger("sepp_lite")  # for its level
 
 # The spec's default max_enqueue_batch, used until the client has the server's own.
 DEFAULT_BATCH_JOBS = 256
@@ -331,6 +335,8 @@ class Coalescer:
         batch.started = True
         try:
             if batch.live:  # else every member left before the call started
+                if _plain_logger.isEnabledFor(logging.DEBUG):
+                    logger.debug("enqueue: %d call(s) share one EnqueueBatch", batch.live)
                 _answer(batch.entries, await self._call(batch, keyed))
         except asyncio.CancelledError:
             for entry in batch.entries:

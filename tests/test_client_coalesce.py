@@ -11,6 +11,7 @@ suite with it off), except where a test is about the switch.
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Awaitable
 from typing import Any, Callable, Optional
@@ -113,6 +114,19 @@ async def test_64_concurrent_callers_share_a_few_calls_each_with_its_own_job(
         assert all(isinstance(ack, EnqueueAck) for ack in acks)
         by_id = await job_types_by_id(client, queue, 64)
     assert [by_id[ack.job_id] for ack in acks] == [f"t{i}" for i in range(64)]
+
+
+async def test_a_debug_line_tells_how_many_calls_share_each_batch(
+    server: SeppTestServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    gated(server)
+    queue = unique_queue()
+    async with connected(server.addr) as client:
+        with caplog.at_level(logging.DEBUG, "sepp_lite"):
+            await asyncio.gather(*[client.enqueue(EnqueueRequest(queue, "t")) for _ in range(9)])
+    lines = [r.getMessage() for r in caplog.records if "EnqueueBatch" in r.getMessage()]
+    # The first call went out alone, as a plain call; the 8 made meanwhile shared one.
+    assert lines == ["enqueue: 8 call(s) share one EnqueueBatch"]
 
 
 @pytest.mark.connect_only
