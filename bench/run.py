@@ -14,6 +14,10 @@ way, a third a typed-task Worker (``sepp_lite.Tasks``) with the raw one. Results
 to ``bench/results/latest.{md,json}``.
 
     python bench/run.py [--rounds 5] [--jobs 3000] [--workloads batch,worker] [--no-pypy]
+    python bench/run.py --against REF [--rounds 5] [--jobs 3000] [--workloads worker,...]
+
+``--against REF`` measures this tree against sepp_lite at the git commit REF instead
+(bench/against.py; results in ``bench/results/against.{md,json}``).
 """
 
 from __future__ import annotations
@@ -674,7 +678,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="sepp_lite vs sepp-py, side by side")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=3000)
-    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument(
+        "--workloads", default=None,
+        help=f"comma-separated (default {','.join(WORKLOADS)}; with --against also "
+        "sync:enqueue1 and typed_worker)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--against", metavar="REF",
+        help="measure this tree against sepp_lite at git REF (a commit, tag or branch) instead",
+    )  # fmt: skip
     parser.add_argument("--no-pypy", action="store_true")
     parser.add_argument("--no-footprint", action="store_true")
     parser.add_argument("--no-compare", action="store_true", help="skip sepp-py comparisons")
@@ -690,6 +702,12 @@ def main() -> int:
     )  # fmt: skip
     args = parser.parse_args()
     SERVER_KIND["kind"] = args.server
+    if args.against:
+        import against
+
+        chosen = args.workloads.split(",") if args.workloads else against.WORKLOADS
+        return against.main(args.against, chosen, args.rounds, args.jobs, args.server)
+    args.workloads = args.workloads or ",".join(WORKLOADS)
     python = venv(ROOT / ".venv-bench", sys.executable, str(ROOT), "sepp-py==0.1.0")
     report: dict[str, Any] = {
         "machine": machine(),
