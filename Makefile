@@ -13,7 +13,7 @@ DOCS_PORT ?= 8000
 
 .DEFAULT_GOAL := check
 .PHONY: install install-runtime proto proto-check lint format typecheck test official demo \
-	dist bench soak docs docs-serve foreign-arch check clean
+	dist bench bench-against soak docs docs-serve foreign-arch check clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -85,6 +85,12 @@ dist:
 
 bench: install
 	$(PY) bench/run.py $(BENCH_ARGS)
+
+# This tree against sepp_lite at an earlier commit, alternating, every sepp_lite
+# workload (AGAINST=04c66af; BENCH_ARGS="--workloads worker,enqueue64 --rounds 3").
+AGAINST ?= HEAD
+bench-against: install
+	$(PY) bench/run.py --against $(AGAINST) $(BENCH_ARGS)
 
 # 100,000 jobs over 10 minutes through 4 worker processes, checked job by job, with
 # worker memory sampled (SOAK_ARGS="--minutes 3 --jobs 30000" for a shorter run).

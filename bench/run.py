@@ -14,6 +14,10 @@ way, a third a typed-task Worker (``sepp_lite.Tasks``) with the raw one. Results
 to ``bench/results/latest.{md,json}``.
 
     python bench/run.py [--rounds 5] [--jobs 3000] [--workloads batch,worker] [--no-pypy]
+    python bench/run.py --against REF [--rounds 5] [--jobs 3000] [--workloads worker,...]
+
+``--against REF`` measures this tree against sepp_lite at the git commit REF instead
+(bench/against.py; results in ``bench/results/against.{md,json}``).
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH = ROOT / "bench"
@@ -476,6 +480,22 @@ def _latency_rows(row: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+def _peak_rows(peak: dict[str, float] | None, line: Callable[..., str]) -> list[str]:
+    """Peak RSS after connect, raw and above a bare interpreter's (issue 32) and above
+    the asyncio floor's."""
+    if not peak:
+        return []
+    above = {name: peak[name] - peak["bare"] for name in ("sepp_lite", "sepp")}
+    floor = {name: peak[name] - peak["floor"] for name in ("sepp_lite", "sepp")}
+    return [
+        line("peak RSS after connect", peak["sepp_lite"] / 1024, peak["sepp"] / 1024, "MiB", "—"),
+        line(f"peak RSS after connect above a bare interpreter's ({peak['bare'] / 1024:.1f} MiB)",
+             above["sepp_lite"] / 1024, above["sepp"] / 1024, "MiB", "≤ 0.2×"),
+        line(f"peak RSS after connect above the asyncio floor's ({peak['floor'] / 1024:.1f} MiB)",
+             floor["sepp_lite"] / 1024, floor["sepp"] / 1024, "MiB", "—"),
+    ]  # fmt: skip
+
+
 def _footprint_rows(foot: dict[str, Any]) -> list[str]:
     def line(label: str, lite: float, official: float, unit: str, goal: str) -> str:
         return _row(label, f"{lite:.1f} {unit}", f"{official:.1f} {unit}",
@@ -489,10 +509,12 @@ def _footprint_rows(foot: dict[str, Any]) -> list[str]:
              "≤ 0.5×"),
         line("RSS after connect", foot["rss_kib"]["sepp_lite"] / 1024,
              foot["rss_kib"]["sepp"] / 1024, "MiB", "≤ 0.5×"),
+        *_peak_rows(foot.get("peak_rss_kib"), line),
         line("installed, with dependencies", foot["installed_mib"]["sepp_lite"],
              foot["installed_mib"]["sepp"], "MiB", "≤ 0.3×"),
         "",
-        "RSS is measured in a process that only connects and makes one call. Its floor, "
+        "RSS is measured in a process that only connects and makes one call; peak RSS is "
+        "its VmHWM, a bare interpreter's a process that imports nothing. The floor, "
         "an interpreter with asyncio (and the ssl module asyncio imports) holding one "
         f"open TCP connection, is {foot['rss_kib']['floor'] / 1024:.1f} MiB: "
         f"{foot['rss_kib']['floor'] / foot['rss_kib']['sepp']:.2f}× sepp-py's RSS.",
@@ -626,20 +648,25 @@ def markdown(report: dict[str, Any]) -> str:
 # RSS after connect, in a process that does nothing else (the workloads' harness
 # imports argparse, json, statistics and uuid, a few MiB that are no client's). With
 # ``-`` for the module: the floor, an interpreter with asyncio (which imports ssl)
-# and one open TCP connection, which any asyncio client starts from.
+# and one open TCP connection, which any asyncio client starts from. Prints the RSS
+# and the peak RSS (VmHWM), in KiB.
 RSS_AFTER_CONNECT = """
 import asyncio, importlib, sys
 module = sys.argv[1]
 host, port = sys.argv[2].rsplit(":", 1)
 
-async def main() -> int:
+def status():
+    with open("/proc/self/status") as file:
+        fields = dict(line.split(":", 1) for line in file)
+    return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
+
+async def main():
     if module == "-":
         _, writer = await asyncio.open_connection(host, int(port))
     else:
         client = await importlib.import_module(module).SeppClient.connect(sys.argv[2])
         await client.get_server_info()
-    with open("/proc/self/status") as status:
-        rss = next(int(line.split()[1]) for line in status if line.startswith("VmRSS:"))
+    rss = status()
     if module == "-":
         writer.close()
         await writer.wait_closed()
@@ -647,24 +674,37 @@ async def main() -> int:
         await client.close()
     return rss
 
-print(asyncio.run(main()))
+print(*asyncio.run(main()))
+"""
+# A bare interpreter: started, nothing imported (no asyncio either), the same figures.
+RSS_BARE = """
+with open("/proc/self/status") as file:
+    fields = dict(line.split(":", 1) for line in file)
+print(int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0]))
 """
 
 
+def _memory(python: Path, addr: str, module: str | None) -> tuple[float, float]:
+    """Median (RSS, peak RSS) in KiB over three processes; ``None``: a bare one."""
+    script = RSS_BARE if module is None else RSS_AFTER_CONNECT
+    args = [] if module is None else [module, addr]
+    samples = [sh(python, "-c", script, *args, cwd="/").split() for _ in range(3)]
+    return (
+        statistics.median(int(rss) for rss, _ in samples),
+        statistics.median(int(peak) for _, peak in samples),
+    )
+
+
 def footprint(python: Path, server_python: Path) -> dict[str, Any]:
+    modules = (("sepp_lite", "sepp_lite"), ("sepp", "sepp"), ("floor", "-"), ("bare", None))
     with Server(server_python) as server:
-        rss = {
-            name: statistics.median(
-                int(sh(python, "-c", RSS_AFTER_CONNECT, module, server.addr, cwd="/"))
-                for _ in range(3)
-            )
-            for name, module in (("sepp_lite", "sepp_lite"), ("sepp", "sepp"), ("floor", "-"))
-        }
+        memory = {name: _memory(python, server.addr, module) for name, module in modules}
     lite_size, lite_dists = installed_mib(sys.executable, str(ROOT))
     seppy_size, seppy_dists = installed_mib(sys.executable, "sepp-py==0.1.0")
     return {
         "import_ms": import_times(python, ["sepp_lite", "sepp"]),
-        "rss_kib": rss,
+        "rss_kib": {name: rss for name, (rss, _) in memory.items()},
+        "peak_rss_kib": {name: peak for name, (_, peak) in memory.items()},
         "installed_mib": {"sepp_lite": lite_size, "sepp": seppy_size},
         "dists": {"sepp_lite": lite_dists, "sepp": seppy_dists},
     }
@@ -674,7 +714,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description="sepp_lite vs sepp-py, side by side")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=3000)
-    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument(
+        "--workloads", default=None,
+        help=f"comma-separated (default {','.join(WORKLOADS)}; with --against also "
+        "sync:enqueue1 and typed_worker)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--against", metavar="REF",
+        help="measure this tree against sepp_lite at git REF (a commit, tag or branch) instead",
+    )  # fmt: skip
     parser.add_argument("--no-pypy", action="store_true")
     parser.add_argument("--no-footprint", action="store_true")
     parser.add_argument("--no-compare", action="store_true", help="skip sepp-py comparisons")
@@ -690,6 +738,12 @@ def main() -> int:
     )  # fmt: skip
     args = parser.parse_args()
     SERVER_KIND["kind"] = args.server
+    if args.against:
+        import against
+
+        chosen = args.workloads.split(",") if args.workloads else against.WORKLOADS
+        return against.main(args.against, chosen, args.rounds, args.jobs, args.server)
+    args.workloads = args.workloads or ",".join(WORKLOADS)
     python = venv(ROOT / ".venv-bench", sys.executable, str(ROOT), "sepp-py==0.1.0")
     report: dict[str, Any] = {
         "machine": machine(),

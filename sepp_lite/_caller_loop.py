@@ -80,6 +80,10 @@ class CallerLoop:
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)  # the driver left (for closing)
         self._followers: list[_Call[Any]] = []  # calls whose threads wait in _follow
+        # Followers' calls the loop has not started yet. Only the first of them wakes the
+        # loop (call_soon_threadsafe: a write to its self-pipe, which releases the GIL);
+        # the others ride on that wake-up (see _follow).
+        self._incoming: list[_Call[Any]] = []
         self._driving = False  # some thread is inside loop.run_forever()
         self._stop_for: Optional[_Call[Any]] = None  # the driver's call: its end stops the loop
         self._closing = False
@@ -130,12 +134,13 @@ class CallerLoop:
         with self._cond:
             call.waiter = waiter
             self._followers.append(call)
-        try:
-            self.loop.call_soon_threadsafe(self._start, call)
-        except RuntimeError:  # the loop is closed
-            self._unfollow(call)
-            call.coro.close()
-            raise RuntimeError("the event loop is closed") from None
+            self._incoming.append(call)
+            wake = len(self._incoming) == 1  # else a wake-up is on its way already
+        if wake:
+            try:
+                self.loop.call_soon_threadsafe(self._start_incoming)
+            except RuntimeError:  # the loop is closed
+                self._refuse_incoming()
         try:
             while not self._woken_to_drive(call):
                 if call.finished:
@@ -148,6 +153,24 @@ class CallerLoop:
             self._cancel_soon(call)
             raise
         self._drive(call)
+
+    def _start_incoming(self) -> None:
+        with self._cond:
+            calls, self._incoming = self._incoming, []
+        for call in calls:
+            self._start(call)
+
+    def _refuse_incoming(self) -> None:
+        """The loop is closed: every call waiting to start ends with that error."""
+        with self._cond:
+            calls, self._incoming = self._incoming, []
+            for call in calls:
+                call.coro.close()
+                call.error = RuntimeError("the event loop is closed")
+                call.finished = True
+                if call in self._followers:
+                    self._followers.remove(call)
+                    self._wake(call)
 
     def _woken_to_drive(self, call: _Call[Any]) -> bool:
         """Whether ``call``'s thread has just taken the driving role; else it waits

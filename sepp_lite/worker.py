@@ -635,15 +635,15 @@ class Worker:
             self._events.job_finished(job.ctx)
             permits.release()
 
-        run.task = jobs.spawn(self._process(run), finished)
+        # Without OpenTelemetry the task runs _execute itself: a coroutine less per job,
+        # and one frame less that each of its steps passes through.
+        work = self._traced(run) if _otel.AVAILABLE else self._execute(run, None)
+        run.task = jobs.spawn(work, finished)
 
     # -- one job ----------------------------------------------------------------------
 
-    async def _process(self, run: _Run) -> None:
+    async def _traced(self, run: _Run) -> None:
         ctx = run.job.ctx
-        if not _otel.AVAILABLE:
-            await self._execute(run, None)
-            return
         with _otel.consumer_span(ctx.id, ctx.job_type, ctx.attempt, ctx.trace_context) as span:
             await self._execute(run, span)
 

@@ -104,6 +104,62 @@ def test_calls_ending_in_any_order_each_wake_their_own_thread(portal: CallerLoop
     assert len({ran_in for _, ran_in, _ in results}) > 1  # more than one thread drove
 
 
+def test_threads_that_hand_calls_over_meanwhile_share_one_wake_up_of_the_loop(
+    portal: CallerLoop,
+) -> None:
+    # Each hand-over by its own call_soon_threadsafe wrote to the loop's self-pipe once
+    # per call (a system call that also gives up the GIL); calls handed over while the
+    # loop is busy are started by the one wake-up already on its way.
+    loop = portal.loop
+    wake_ups: list[object] = []
+    real = loop.call_soon_threadsafe
+
+    def counting(callback: Any, *args: Any, **kwargs: Any) -> Any:
+        wake_ups.append(callback)
+        return real(callback, *args, **kwargs)
+
+    loop.call_soon_threadsafe = counting  # type: ignore[method-assign]
+    busy, all_waiting = threading.Event(), threading.Event()
+
+    async def hold_the_loop() -> str:
+        busy.set()
+        assert all_waiting.wait(10)  # blocks the loop itself while the others hand over
+        await asyncio.sleep(0)
+        return "driver"
+
+    async def follower(n: int) -> int:
+        await asyncio.sleep(0)
+        return n
+
+    with ThreadPoolExecutor(6) as pool:
+        driver = pool.submit(portal.run, hold_the_loop())
+        assert busy.wait(10)
+        followers = [pool.submit(portal.run, follower(n)) for n in range(5)]
+        until_sync(lambda: len(portal._followers) == 5)
+        all_waiting.set()
+        assert driver.result(10) == "driver"
+        assert [f.result(10) for f in followers] == list(range(5))
+    assert len(wake_ups) == 1
+
+
+def test_a_hand_over_to_a_closed_loop_raises(portal: CallerLoop) -> None:
+    def closed(*args: Any) -> None:
+        raise RuntimeError("Event loop is closed")  # as asyncio's own check says it
+
+    real = portal.loop.call_soon_threadsafe
+    portal.loop.call_soon_threadsafe = closed  # type: ignore[method-assign]
+    with portal._cond:
+        portal._driving = True  # as if another thread drove the loop
+    try:
+        with pytest.raises(RuntimeError, match="the event loop is closed"):
+            portal.run(where())
+        assert not portal._followers and not portal._incoming
+    finally:
+        with portal._cond:
+            portal._driving = False
+        portal.loop.call_soon_threadsafe = real  # type: ignore[method-assign]
+
+
 def test_errors_reach_the_caller(portal: CallerLoop) -> None:
     async def fail() -> None:
         raise ValueError("boom")

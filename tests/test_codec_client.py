@@ -718,6 +718,32 @@ def test_validation_error_without_rejection_is_unknown_rejection() -> None:
 # Decoding responses: Ack, Nack, Extend
 
 
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        (b"", ""),
+        (b"\x0a\x00", ""),
+        (b"\x0a\x03abc", "abc"),
+        (b"\x0a\x7f" + b"x" * 127, "x" * 127),  # the longest one-byte length
+        (b"\x0a\x80\x01" + b"y" * 128, "y" * 128),  # a two-byte length
+        (b"\x0a\x01a\x0a\x01b", "b"),  # the last occurrence wins
+        (b"\x0a\x01a\x10\x05", "a"),  # an unknown field after the id
+        (b"\x10\x05\x0a\x01a", "a"),  # and before it
+        (b"\x0a\x02\xc3\xa9", "\u00e9"),
+    ],
+)
+def test_ack_response_shapes_read_in_one_step_or_not(raw: bytes, expected: str) -> None:
+    # The one-step read of the usual answer (the job id alone) and the general path
+    # agree with protobuf on every shape around it.
+    assert decode_ack_response(raw) == expected == pb.AckResponse().parse(raw).job_id
+
+
+@pytest.mark.parametrize("raw", [b"\x0a\x02\xff\xfe", b"\x0a\x05ab", b"\x0a"])
+def test_ack_response_that_cannot_be_read_is_a_decode_error(raw: bytes) -> None:
+    with pytest.raises(errors.DecodeError):
+        decode_ack_response(raw)
+
+
 @SOME
 @given(job_id=s.texts, dead_lettered=st.booleans())
 def test_ack_and_nack_responses(job_id: str, dead_lettered: bool) -> None:

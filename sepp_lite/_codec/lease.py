@@ -241,13 +241,20 @@ def _text_at(data: bytes, span: tuple[int, int] | None) -> str:
     return "" if span is None else data[span[0] : span[1]].decode()
 
 
+def _read_ack_response(raw: bytes) -> str:
+    return _text_at(raw, _last_spans(raw, ACK_RESPONSE_JOB_ID)[0])
+
+
 def decode_ack_response(data: bytes) -> str:
     """``AckResponse``: the job id."""
-
-    def decode(raw: bytes) -> str:
-        return _text_at(raw, _last_spans(raw, ACK_RESPONSE_JOB_ID)[0])
-
-    return guarded("AckResponse", decode, data)
+    # A Worker reads one per job. The usual answer, the job id field alone with a
+    # one-byte length, is read in one step; anything else takes the general path.
+    if len(data) >= 2 and data[0] == ACK_RESPONSE_JOB_ID and data[1] == len(data) - 2 < 0x80:
+        try:
+            return data[2:].decode()
+        except UnicodeDecodeError:
+            pass  # the general path says how it is malformed
+    return guarded("AckResponse", _read_ack_response, data)
 
 
 class NackResult(NamedTuple):
