@@ -32,6 +32,8 @@ async def test_import_and_connect_load_no_grpclib_h2_multidict_or_betterproto() 
     assert "sepp_lite" in at_import and "hpack" in after_connect
     assert not at_import & set(HEAVY)
     assert not after_connect & set(HEAVY), after_connect & set(HEAVY)
+    # An ASCII host name is checked without the idna codec (and what it loads).
+    assert not after_connect & {"stringprep", "unicodedata"}, after_connect
 
 
 async def asyncio_run(*argv: str) -> str:
