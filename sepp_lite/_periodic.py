@@ -321,9 +321,6 @@ class _Plan:
     wake_ms: int
 
 
-_SKIPPED_SUMMARY_S = 1.0  # how long the slots skipped after a first one are summed
-
-
 class PeriodicScheduler:
     """Keeps the next slots of each :class:`PeriodicJob` enqueued; run one in every
     worker replica (``await scheduler.run()`` beside ``worker.run()``).
@@ -354,7 +351,6 @@ class PeriodicScheduler:
         self._batch = 256
         self._checked = False
         self._sleeping_until: Optional[int] = None
-        self._skipped: dict[str, list[int]] = {}  # job type -> slots skipped, not logged
         for job in self._jobs:
             self._check_window(job)
 
@@ -526,40 +522,13 @@ class PeriodicScheduler:
         late = self._clock.now_ms() - slot_ms
         if late < job.grace_ms(slot_ms):
             return False
-        self._note_skipped(job.job_type, slot_ms, late)
-        return True
-
-    def _note_skipped(self, job_type: str, slot_ms: int, late_ms: int) -> None:
-        """One WARNING for the first slot skipped; the ones after it within a second
-        (a worker starting after a gap meets them all at once) are summed up in one
-        more line, not one each."""
-        skipped = self._skipped.get(job_type)
-        if skipped is not None:
-            skipped.append(slot_ms)
-            return
         logger.warning(
             "periodic %s: slot %s skipped: delivered %.1f s late, beyond misfire_grace",
-            job_type,
+            job.job_type,
             _slot_text(slot_ms),
-            late_ms / 1000,
+            late / 1000,
         )
-        try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
-            return
-        self._skipped[job_type] = []
-        loop.call_later(_SKIPPED_SUMMARY_S, self._sum_up_skipped, job_type)
-
-    def _sum_up_skipped(self, job_type: str) -> None:
-        slots = self._skipped.pop(job_type, [])
-        if slots:
-            logger.warning(
-                "periodic %s: %d more slot(s) skipped, %s to %s, beyond misfire_grace",
-                job_type,
-                len(slots),
-                _slot_text(min(slots)),
-                _slot_text(max(slots)),
-            )
+        return True
 
     def guard(
         self, handler: Callable[[Optional[Payload], JobCtx], Awaitable[None]]

@@ -427,28 +427,6 @@ def test_misfired_says_whether_a_delivery_is_too_late() -> None:
     assert not scheduler.misfired(ctx_with(slot, job_type="other"))
 
 
-async def test_slots_skipped_at_once_are_one_line_and_a_sum(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    # A worker that starts after a gap meets every missed slot's job at once: the first
-    # gets its line, the others one line between them.
-    clock = ManualClock(ms(utc("2026-06-01T12:20:00")))
-    job = PeriodicJob("t", "q", every=60, misfire_grace=30)
-    scheduler = PeriodicScheduler(NoServer(), [job], clock=clock)
-    with caplog.at_level(logging.INFO, "sepp_lite"):
-        for minute in range(1, 16):
-            slot = {"periodic_slot": f"2026-06-01T12:{minute:02d}:00Z"}
-            assert scheduler.misfired(ctx_with(slot))
-        await asyncio.sleep(1.5)
-    lines = [r.getMessage() for r in caplog.records if "skipped" in r.getMessage()]
-    assert lines == [
-        "periodic t: slot 2026-06-01T12:01:00Z skipped: delivered 1140.0 s late, beyond "
-        "misfire_grace",
-        "periodic t: 14 more slot(s) skipped, 2026-06-01T12:02:00Z to 2026-06-01T12:15:00Z, "
-        "beyond misfire_grace",
-    ]
-
-
 async def test_cancelling_leaves_no_timer_and_no_call_behind() -> None:
     queue = unique_queue()
     clock = ManualClock(ms(START))
