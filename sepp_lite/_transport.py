@@ -465,6 +465,9 @@ class Http2Transport:
         attempts = self._config.transparent_retries + 1
         for attempt in range(attempts):
             conn = self._current
+            # A draining connection (GOAWAY, stream ids used up) finishes the calls it
+            # has but takes no new one: a new call opens its successor beside it, so a
+            # server's graceful restart or a proxy's rotation costs no call a failure.
             if conn is None or not conn.accepting:
                 conn = await self._connection(deadline_at)
             remaining = deadline_at - loop.time()
