@@ -465,6 +465,9 @@ class Http2Transport:
         attempts = self._config.transparent_retries + 1
         for attempt in range(attempts):
             conn = self._current
+            # A draining connection (GOAWAY, stream ids used up) finishes the calls it
+            # has but takes no new one: a new call opens its successor beside it, so a
+            # server's graceful restart or a proxy's rotation costs no call a failure.
             if conn is None or not conn.accepting:
                 conn = await self._connection(deadline_at)
             remaining = deadline_at - loop.time()
@@ -639,6 +642,9 @@ def _check_alpn(transport: asyncio.BaseTransport) -> None:
     if ssl_object is None:
         return
     chosen = ssl_object.selected_alpn_protocol()
+    # A server that chose another protocol (http/1.1) would read our preface as a bad
+    # HTTP/1.1 request and answer or hang up in its own terms: name the cause here. A
+    # server that chose nothing is let through; its SETTINGS, or their absence, decide.
     if chosen is not None and chosen != "h2":
         raise HandshakeFailure(
             f"the server chose {chosen!r} in the TLS handshake (ALPN), not HTTP/2 ('h2')"

@@ -9,9 +9,15 @@ class Http2Config(NamedTuple):
     """What our side of the connection advertises and tolerates."""
 
     # Our SETTINGS_INITIAL_WINDOW_SIZE: how much a response may send before we open
-    # the stream's window again (we do as soon as half of it has arrived).
+    # the stream's window again (we do as soon as half of it has arrived). Each DATA
+    # frame goes to its call's reader as it arrives, and what a reader keeps is bounded
+    # by the receive limit, not by this window: the window only has to let a large
+    # answer (a reserve of many jobs) arrive without a pause per round trip, which
+    # HTTP/2's default of 64 KiB would not.
     stream_window: int = 4 * 1024 * 1024
-    # The connection receive window we open right after the preface, and keep open.
+    # The connection receive window we open right after the preface, and keep open:
+    # sixteen streams' windows, so that many large answers at once do not share one
+    # stream's worth per round trip.
     connection_window: int = 64 * 1024 * 1024
     # Our SETTINGS_MAX_FRAME_SIZE: a larger frame from the peer is a connection error,
     # so the receive buffer never holds more than one frame of this size plus a read.
