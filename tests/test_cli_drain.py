@@ -368,7 +368,7 @@ async def test_a_write_that_fails_midway_leaves_whole_lines(tmp_path: Path) -> N
     assert err.splitlines()[-1].startswith(f"error: cannot write to {out}: file too large; ")
 
 
-def test_drain_into_head_1_removes_only_what_head_printed() -> None:
+async def test_drain_into_head_1_removes_only_what_head_printed() -> None:
     # The newcomer's `drain-dead-letters --yes | head -1`, as a real shell pipeline: the
     # drain waits until head has taken its line and had a moment to exit, so the next
     # call is not made and no record ends up on stderr. Five times, as it was a race.
@@ -393,7 +393,7 @@ def test_drain_into_head_1_removes_only_what_head_printed() -> None:
                 results.append((proc.returncode, out.decode(), err.decode(), removed))
         return results
 
-    for code, out, err, removed in asyncio.run(scenario()):
+    for code, out, err, removed in await scenario():
         assert (len(out.splitlines()), removed) == (1, 1), (out, err)
         assert code == 1 and err.startswith("error: stopped: the reader of stdout has gone"), err
         assert "job_id" not in err  # no record had to be printed on stderr
