@@ -17,6 +17,7 @@ higher one all the same.
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -326,3 +327,55 @@ if __name__ == "__main__":  # pragma: no cover - a quick look at the graph
     found = import_graph(Path(sepp_lite.__file__).parent)
     for module in sorted(found):
         print(module, "->", ", ".join(sorted(found[module])) or "-", file=sys.stdout)
+
+
+# -- ARCHITECTURE.md's list of rooms, checked against the imports -------------------------
+
+_ROOM = re.compile(r"(?<![\w.])(_?[a-z][a-z0-9_]*)(\.py\b|/)")
+
+
+def drawn_rooms(page: str) -> dict[str, int]:
+    """The rooms of ARCHITECTURE.md's list and their line in it, top first: a room is
+    named (``worker.py``, ``tasks/``) at the start of a line, before any ``->``."""
+    block = page.split("```", 2)[1]
+    rank: dict[str, int] = {}
+    for number, line in enumerate(block.splitlines()):
+        if not line.startswith(" ") or line.startswith("  ") or line.lstrip().startswith("-"):
+            continue  # a continuation, a separator or the heading
+        named = re.sub(r"\(-> [^)]*\)", "", line)  # "(-> _time)": what it imports
+        named = named.split("->", 1)[0]
+        for match in _ROOM.finditer(named):
+            rank.setdefault(match.group(1), number)
+    return rank
+
+
+def room_of(module: str) -> str:
+    parts = module.split(".")[1:]  # without "sepp_lite"
+    if not parts:
+        return "__init__"
+    return "proto" if parts[0] == "_proto" else parts[0]  # drawn as "proto.py -> _proto/"
+
+
+def test_architecture_md_draws_each_room_above_every_room_it_imports() -> None:
+    package_dir = Path(sepp_lite.__file__).parent
+    rank = drawn_rooms((package_dir.parent / "ARCHITECTURE.md").read_text())
+    rooms = {room_of(module) for module in modules_of(package_dir)} - {"__init__", "__main__"}
+    assert not rooms - set(rank), f"rooms missing from ARCHITECTURE.md: {rooms - set(rank)}"
+    upward = []
+    for module, imports in import_graph(package_dir).items():
+        here = room_of(module)
+        if here in ("__init__", "__main__"):
+            continue  # the package root loads rooms on first use; it stands above all
+        for target, where in imports.items():
+            there = room_of(target)
+            if there not in (here, "__init__") and rank[there] < rank[here]:
+                upward.append(f"{where}: {here} imports {there}, drawn above it")
+    assert not upward, "\n".join(upward)
+
+
+def test_the_room_reader_reads_names_arrows_and_lines() -> None:
+    page = (
+        "x\n```\n room  imports\n a.py   ->  b, c/\n            d\n"
+        " b.py, c/ (-> e)\n ---\n e.py\n```"
+    )
+    assert drawn_rooms(page) == {"a": 2, "b": 4, "c": 4, "e": 6}
