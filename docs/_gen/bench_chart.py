@@ -20,7 +20,10 @@ from xml.sax.saxutils import escape
 # The bench's workload names, as a reader knows them (an unknown one shows its name).
 LABELS = {
     "batch": "enqueue_batch of 256 jobs",
+    "batch_plain": "enqueue_batch of 256 plain jobs",
     "enqueue16": "enqueue, 16 concurrent callers",
+    "enqueue64": "enqueue, 64 concurrent callers",
+    "threads8": "enqueue from 8 threads (sync)",
     "reserve_ack": "reserve 32 at a time + ack each",
     "worker": "Worker, no-op handler",
     "small_call": "get_server_info in sequence",
