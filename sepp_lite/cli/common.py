@@ -173,19 +173,25 @@ def reader_gone(fd: int) -> bool:
 
 
 def unread_in_pipe(fd: int) -> int:
-    """How many bytes written to the pipe ``fd`` its reader has not taken yet (0 for
-    anything that is not a pipe, or where it cannot be told)."""
+    """How many bytes written to the pipe ``fd`` (see :func:`is_pipe`) its reader has
+    not taken yet (0 where it cannot be told)."""
     try:
         import fcntl
         import termios
 
-        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
-            return 0
         buffer = bytearray(4)
         fcntl.ioctl(fd, termios.FIONREAD, buffer)
     except (ImportError, OSError):
         return 0
     return int.from_bytes(buffer, sys.byteorder)
+
+
+def is_pipe(fd: int) -> bool:
+    """Whether ``fd`` is a pipe (a FIFO)."""
+    try:
+        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+    except OSError:
+        return False
 
 
 def is_regular_file(fd: int) -> bool:

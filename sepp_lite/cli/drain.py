@@ -23,7 +23,6 @@ import json
 import os
 import select
 import signal
-import stat
 import sys
 from collections.abc import Iterator
 from typing import IO, Any, Optional
@@ -36,6 +35,7 @@ from sepp_lite.cli.common import (
     Commands,
     connect,
     int_in,
+    is_pipe,
     is_regular_file,
     is_terminal,
     iso,
@@ -142,6 +142,7 @@ class Output:
         self.fd = fd
         self.stream = stream
         self.is_file = fd is not None and is_regular_file(fd)
+        self.is_pipe = fd is not None and is_pipe(fd)
         self.appending = appending and self.is_file
 
     def write(self, line: bytes) -> None:
@@ -179,7 +180,7 @@ class Output:
         before that is seen. The drain goes at the reader's pace, as a full pipe would
         make it anyway. Nothing for files, terminals and sockets."""
         fd = self.fd
-        if fd is None or not _is_pipe(fd):
+        if fd is None or not self.is_pipe:
             return
         # No wake-up exists for "the reader has emptied the pipe" (a writable pipe
         # polls ready as soon as it has room): poll it.
@@ -193,13 +194,6 @@ _PIPE_POLL_S = 0.005
 # `head` exits within a millisecond or two of its read; 20 ms per call is at most
 # about 1.3 s over 1,000 records in batches of 16.
 _READER_EXIT_S = 0.02
-
-
-def _is_pipe(fd: int) -> bool:
-    try:
-        return stat.S_ISFIFO(os.fstat(fd).st_mode)
-    except OSError:
-        return False
 
 
 def _write_all(fd: int, data: bytes) -> None:
