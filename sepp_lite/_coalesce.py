@@ -56,7 +56,6 @@ from sepp_lite.types import EnqueueAck, RetryPolicy
 __all__ = ["DEFAULT_BATCH_JOBS", "MAX_BATCH_BYTES", "Coalescer"]
 
 logger = _log.logger()
-_plain_logger = logging.getLogger("sepp_lite")  # for its level
 
 # The spec's default max_enqueue_batch, used until the client has the server's own.
 DEFAULT_BATCH_JOBS = 256
@@ -335,7 +334,7 @@ class Coalescer:
         batch.started = True
         try:
             if batch.live:  # else every member left before the call started
-                if _plain_logger.isEnabledFor(logging.DEBUG):
+                if logger.isEnabledFor(logging.DEBUG):
                     logger.debug("enqueue: %d call(s) share one EnqueueBatch", batch.live)
                 _answer(batch.entries, await self._call(batch, keyed))
         except asyncio.CancelledError:

@@ -35,6 +35,11 @@ class SpanEventLogger:
     def __init__(self, logger: logging.Logger) -> None:
         self._logger = logger
 
+    def isEnabledFor(self, level: int) -> bool:
+        """Whether the wrapped logger passes ``level`` (a message that costs something
+        to build is skipped when not: span events are not worth building it for)."""
+        return self._logger.isEnabledFor(level)
+
     def debug(self, msg: str, *args: object, **kwargs: Any) -> None:
         self._log(logging.DEBUG, msg, args, kwargs)
 
