@@ -33,6 +33,12 @@ from tests.repo_files import repo_files
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"
 DOCKER = DEPLOY / "docker"
+
+
+def deploy_files() -> list[Path]:
+    """The files under deploy/, without the bytecode a test that imports
+    deploy/docker/tasks.py may leave there."""
+    return [p for p in DEPLOY.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
 PYPY = platform.python_implementation() == "PyPy"
 # The oldest Kubernetes minor still commonly run, and the newest the validator knows.
 K8S_VERSIONS = ("1.28.0", "1.37.0")
@@ -181,7 +187,7 @@ def wheel_names(text: str) -> set[str]:
 def test_every_wheel_named_in_the_docs_is_the_one_make_dist_writes() -> None:
     current = f"sepp_lite-{sepp.__version__}-py3-none-any.whl"
     site = ROOT / "docs" / "getting-started.md"
-    texts = [ROOT / "README.md", site, *(p for p in DEPLOY.rglob("*") if p.is_file())]
+    texts = [ROOT / "README.md", site, *deploy_files()]
     named = {path: wheel_names(path.read_text()) for path in texts}
     assert named[ROOT / "README.md"] == {current}
     for path, names in named.items():
@@ -449,7 +455,7 @@ def test_nothing_in_deploy_installs_sepp_lite_from_the_package_index() -> None:
     """Not published yet: ``pip install sepp-lite`` would find nothing, or someone
     else's package of that name."""
     from_index = re.compile(r"pip install\s+['\"]?sepp-lite\b(?!\S*\s*@)")
-    texts = {path: path.read_text() for path in DEPLOY.rglob("*") if path.is_file()}
+    texts = {path: path.read_text() for path in deploy_files()}
     for source in ("_metrics.py", "monitor.py"):
         texts[ROOT / "sepp_lite" / source] = (ROOT / "sepp_lite" / source).read_text()
     for path, text in texts.items():
