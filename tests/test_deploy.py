@@ -39,6 +39,8 @@ def deploy_files() -> list[Path]:
     """The files under deploy/, without the bytecode a test that imports
     deploy/docker/tasks.py may leave there."""
     return [p for p in DEPLOY.rglob("*") if p.is_file() and "__pycache__" not in p.parts]
+
+
 PYPY = platform.python_implementation() == "PyPy"
 # The oldest Kubernetes minor still commonly run, and the newest the validator knows.
 K8S_VERSIONS = ("1.28.0", "1.37.0")
