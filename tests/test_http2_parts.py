@@ -9,7 +9,7 @@ rules that can now be driven without a socket."""
 from __future__ import annotations
 
 import asyncio
-from typing import Optional
+from typing import Callable, Optional
 
 import pytest
 from hypothesis import given, settings
@@ -27,7 +27,7 @@ from sepp_lite._http2._reader import (
 from sepp_lite._http2._settings import PeerSettings
 from sepp_lite._http2._slots import StreamSlots
 from sepp_lite._http2._stream import Stream
-from sepp_lite._http2._timers import Timer
+from sepp_lite._http2._timers import Deadlines, Timer
 from sepp_lite._http2._writer import Writer
 
 # -- the window-update rule ----------------------------------------------------------------
@@ -276,6 +276,135 @@ async def test_a_timer_runs_once_and_restarting_it_moves_it() -> None:
     timer.cancel()
     await asyncio.sleep(0.05)
     assert len(fired) == 1 and not timer.running
+
+
+class ManualHandle:
+    def __init__(self, when: float, callback: Callable[[], None]) -> None:
+        self.when, self.callback, self.cancelled = when, callback, False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class ManualLoop:
+    """What ``Deadlines`` uses of a loop (``time``, ``call_at``), on a clock the test
+    moves."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self.handles: list[ManualHandle] = []
+
+    def time(self) -> float:
+        return self.now
+
+    def call_at(self, when: float, callback: Callable[[], None]) -> ManualHandle:
+        handle = ManualHandle(when, callback)
+        self.handles.append(handle)
+        return handle
+
+    def advance(self, to: float) -> None:
+        """Run the due timers in order, each at its own time, then stand at ``to``."""
+        while True:
+            due = [h for h in self.handles if not h.cancelled and h.when <= to]
+            if not due:
+                break
+            handle = min(due, key=lambda h: h.when)
+            self.handles.remove(handle)
+            self.now = max(self.now, handle.when)
+            handle.callback()
+        self.now = to
+
+
+# An operation: add a call (its deadline), end the call added i-th (if not ended), or
+# move the clock forward.
+_deadline_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), st.floats(0, 20, allow_nan=False)),
+        st.tuples(st.just("end"), st.integers(0, 200)),
+        st.tuples(st.just("wait"), st.floats(0, 5, allow_nan=False)),
+    ),
+    max_size=200,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_deadline_ops)
+def test_one_timer_expires_each_open_call_at_its_deadline_and_no_ended_one(
+    ops: list[tuple[str, float]],
+) -> None:
+    loop = ManualLoop()
+    open_calls: dict[int, float] = {}  # key: deadline
+    added: list[int] = []
+    expired: list[tuple[int, float]] = []  # key, when
+    deadline_of: dict[int, float] = {}
+
+    def expire(key: int) -> None:
+        assert key in open_calls
+        expired.append((key, loop.now))
+        del open_calls[key]
+        if key % 3 == 0:  # as a retry would: a new call, from inside the expiry
+            add(1.0 + key % 7)
+
+    def add(timeout: float) -> None:
+        key = len(added)
+        added.append(key)
+        deadline = loop.now + timeout
+        open_calls[key] = deadline_of[key] = deadline
+        deadlines.add(deadline, key, key, len(open_calls))
+        # Entries of ended calls are dropped once they outnumber the open ones.
+        assert len(deadlines._entries) <= 2 * len(open_calls) + 65
+
+    deadlines = Deadlines(
+        loop,  # type: ignore[arg-type]
+        lambda key, item: key in open_calls,
+        expire,
+    )
+    for op, value in ops:
+        if op == "add":
+            add(value)
+        elif op == "end":
+            if value < len(added):
+                open_calls.pop(added[int(value)], None)
+        else:
+            loop.advance(loop.now + value)
+            # Every open call whose deadline came has expired, at its deadline.
+            assert all(deadline > loop.now for deadline in open_calls.values())
+    # Each expired once, at its own deadline (the clock stood still meanwhile).
+    assert len({key for key, _ in expired}) == len(expired)
+    assert all(when == deadline_of[key] for key, when in expired)
+    deadlines.cancel()
+    assert not [h for h in loop.handles if not h.cancelled]
+
+
+def test_calls_ended_behind_a_long_one_leave_no_growing_backlog() -> None:
+    loop = ManualLoop()
+    live = {0}
+    deadlines = Deadlines(loop, lambda key, item: key in live, lambda item: None)  # type: ignore[arg-type]
+    deadlines.add(1000.0, 0, 0, 1)  # a long poll, at the front for all that follows
+    for key in range(1, 5000):
+        live.add(key)
+        deadlines.add(30.0 + key / 1000, key, key, len(live))
+        live.discard(key)  # answered at once
+    assert len(deadlines._entries) <= 2 * len(live) + 65
+
+
+def test_expired_calls_are_told_at_their_deadline_not_before() -> None:
+    loop = ManualLoop()
+    told: list[tuple[str, float]] = []
+    live = {"a", "b", "c"}
+    deadlines = Deadlines(
+        loop,  # type: ignore[arg-type]
+        lambda key, item: item in live,
+        lambda item: told.append((item, loop.now)),
+    )
+    deadlines.add(5.0, 1, "a", 1)
+    deadlines.add(2.0, 2, "b", 2)  # earlier: the timer moves to it
+    deadlines.add(9.0, 3, "c", 3)
+    live.discard("a")  # ended before its deadline: never told
+    loop.advance(1.9)
+    assert told == []
+    loop.advance(10.0)
+    assert told == [("b", 2.0), ("c", 9.0)]
 
 
 # -- the write scheduler ---------------------------------------------------------------------

@@ -56,7 +56,7 @@ from sepp_lite._http2._stream import (
     reset,
     unsendable,
 )
-from sepp_lite._http2._timers import Timer
+from sepp_lite._http2._timers import Deadlines, Timer
 from sepp_lite._http2._writer import Writer
 
 logger = logging.getLogger("sepp_lite.http2")
@@ -119,6 +119,7 @@ class Connection(asyncio.BufferedProtocol):
         # Our SETTINGS not yet acknowledged, and how long the peer has to.
         self._settings_unacked = 0
         self._settings_timer = Timer(loop, self._settings_timeout)
+        self._deadlines = Deadlines(loop, self._is_open, self._expire)
 
     # -- asyncio.Protocol ---------------------------------------------------------------
 
@@ -241,14 +242,12 @@ class Connection(asyncio.BufferedProtocol):
                 f"server's limit ({limit} bytes)"
             )
         stream = self._open(head.block + extra, message, reader)
-        timer = self._loop.call_at(deadline_at, self._expire, stream)
+        self._deadlines.add(deadline_at, stream.id, stream, len(self._streams))
         try:
             return await stream.future
         except asyncio.CancelledError:
             self._abandon(stream)
             raise
-        finally:
-            timer.cancel()
 
     def _open(self, block: bytes, message: bytes, reader: BodyReader) -> Stream:
         stream_id = self._next_id
@@ -301,6 +300,9 @@ class Connection(asyncio.BufferedProtocol):
 
     def _wake_waiters(self) -> None:
         self._slots.wake(self._peer.max_streams - len(self._streams))
+
+    def _is_open(self, stream_id: int, stream: Stream) -> bool:
+        return self._streams.get(stream_id) is stream
 
     def _expire(self, stream: Stream) -> None:
         if self._streams.get(stream.id) is stream:
@@ -620,6 +622,7 @@ class Connection(asyncio.BufferedProtocol):
                 self._complete(stream, not_processed(reason))
             else:
                 self._complete(stream, lost(f"connection lost during the call: {reason}"))
+        self._deadlines.cancel()
 
     def _fail_waiters(self, reason: str) -> None:
         self._slots.fail_all(lambda: not_processed(reason))

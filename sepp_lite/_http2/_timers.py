@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Callable, Optional
+import heapq
+from typing import Any, Callable, Optional
 
 
 class Timer:
@@ -35,3 +36,74 @@ class Timer:
     def _fire(self) -> None:
         self._handle = None  # before the callback, which may start the timer again
         self._callback()
+
+
+class Deadlines:
+    """The deadlines of a connection's calls: one loop timer for all of them, at the
+    earliest, instead of one per call.
+
+    A timer per call cost each call a ``TimerHandle``, its push onto the loop's heap
+    (compared by a Python ``__lt__``) and its cancel; a call that ends leaves nothing
+    to undo here. Entries are ``(deadline, key, item)``; ``key`` is unique and orders
+    entries with equal deadlines, so items are never compared. An entry whose item is
+    no longer ``live`` is dropped when it reaches the front, or when such entries
+    outnumber the live ones (so a long call at the front, a long poll, holds no
+    growing backlog). ``expire(item)`` runs for each live item whose deadline came."""
+
+    __slots__ = ("_armed_at", "_entries", "_expire", "_handle", "_live", "_loop")
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        live: Callable[[int, Any], bool],
+        expire: Callable[[Any], None],
+    ) -> None:
+        self._loop = loop
+        self._live = live
+        self._expire = expire
+        self._entries: list[tuple[float, int, Any]] = []
+        self._handle: Optional[asyncio.TimerHandle] = None
+        self._armed_at = 0.0
+
+    def add(self, deadline: float, key: int, item: Any, live_count: int) -> None:
+        """Watch ``item`` (``live_count``: how many items are live now, this one too)."""
+        entries = self._entries
+        if len(entries) > 2 * live_count + 64:
+            self._prune()
+        heapq.heappush(entries, (deadline, key, item))
+        if self._handle is None or deadline < self._armed_at:
+            self._arm(deadline)
+
+    def cancel(self) -> None:
+        """Forget every deadline (the connection is closed)."""
+        if self._handle is not None:
+            self._handle.cancel()
+            self._handle = None
+        self._entries.clear()
+
+    def _prune(self) -> None:
+        live = self._live
+        self._entries[:] = [entry for entry in self._entries if live(entry[1], entry[2])]
+        heapq.heapify(self._entries)
+
+    def _arm(self, deadline: float) -> None:
+        if self._handle is not None:
+            self._handle.cancel()
+        self._armed_at = deadline
+        self._handle = self._loop.call_at(deadline, self._fire)
+
+    def _fire(self) -> None:
+        self._handle = None
+        entries, live = self._entries, self._live
+        now = self._loop.time()
+        while entries:
+            deadline, key, item = entries[0]
+            if not live(key, item):
+                heapq.heappop(entries)
+            elif deadline <= now:
+                heapq.heappop(entries)
+                self._expire(item)  # may add entries; the loop sees them
+            else:
+                break
+        if entries and (self._handle is None or entries[0][0] < self._armed_at):
+            self._arm(entries[0][0])
