@@ -142,6 +142,77 @@ def test_threads_that_hand_calls_over_meanwhile_share_one_wake_up_of_the_loop(
     assert len(wake_ups) == 1
 
 
+def test_a_thread_whose_call_ended_is_woken_when_the_loop_would_wait_not_before(
+    portal: CallerLoop,
+) -> None:
+    # Woken at once, a thread only woke to wait again for the GIL, held by the thread
+    # running the rest of the loop's iteration: here a callback that holds the loop
+    # for 50 ms (time.sleep gives the GIL up, so a thread woken early would return).
+    loop = portal.loop
+    done_at: dict[str, float] = {}
+    answer: asyncio.Future[int] = loop.create_future()
+    follower_waits = threading.Event()
+
+    def busy() -> None:
+        time.sleep(0.05)
+        done_at["busy"] = time.monotonic()
+
+    async def drive() -> str:
+        while not follower_waits.is_set():  # noqa: ASYNC110 (set by another thread)
+            await asyncio.sleep(0.001)
+        answer.set_result(7)  # the follower's call ends in the next iteration...
+        loop.call_soon(lambda: loop.call_soon(busy))  # ...and busy runs after it
+        await asyncio.sleep(0.2)
+        return "driver"
+
+    async def follow() -> int:
+        follower_waits.set()
+        return await answer
+
+    def follower() -> int:
+        result = portal.run(follow())
+        done_at["follower"] = time.monotonic()
+        return result
+
+    with ThreadPoolExecutor(2) as pool:
+        driver = pool.submit(portal.run, drive())
+        until_sync(lambda: portal._driving)
+        other = pool.submit(follower)
+        assert other.result(10) == 7
+        assert driver.result(10) == "driver"
+    assert done_at["follower"] >= done_at["busy"]
+
+
+def test_a_loop_that_never_waits_still_wakes_the_threads_of_ended_calls(
+    portal: CallerLoop,
+) -> None:
+    # The driver's call spins (sleep(0): the loop only polls) until the follower's
+    # thread has its result back: without the bound on iterations unwoken, neither
+    # would ever end.
+    follower_back = threading.Event()
+
+    async def spin() -> str:
+        while not follower_back.is_set():  # noqa: ASYNC110 (set by another thread)
+            await asyncio.sleep(0)
+        return "driver"
+
+    async def quick() -> int:
+        await asyncio.sleep(0)
+        return 3
+
+    def follower() -> int:
+        result = portal.run(quick())
+        follower_back.set()
+        return result
+
+    with ThreadPoolExecutor(2) as pool:
+        driver = pool.submit(portal.run, spin())
+        until_sync(lambda: portal._driving)
+        other = pool.submit(follower)
+        assert other.result(10) == 3
+        assert driver.result(10) == "driver"
+
+
 def test_a_hand_over_to_a_closed_loop_raises(portal: CallerLoop) -> None:
     def closed(*args: Any) -> None:
         raise RuntimeError("Event loop is closed")  # as asyncio's own check says it
