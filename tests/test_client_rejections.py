@@ -11,13 +11,17 @@
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import sepp_lite as sepp
 from sepp_lite._codec.dead_letters import DeadLetterOut, encode_drain_dead_letters_response
 from sepp_lite._codec.lease import decode_ack_request
+from sepp_lite.client import _jobs_with_uuids, _not_uuid
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import (
     JOB_ID,
@@ -255,3 +259,27 @@ async def test_the_servers_rule_and_the_clients_are_one(server: SeppTestServer) 
         "invalid job: queue must not contain '/'",
         'invalid job: queue must not be "." or ".."',
     ]
+
+
+_some_uuid = st.uuids().map(str)
+_job_ids = st.lists(
+    st.one_of(
+        _some_uuid,
+        _some_uuid.map(str.upper),
+        st.text(max_size=80),
+        st.tuples(_some_uuid, _some_uuid).map("\n".join),  # two ids' worth in one
+        _some_uuid.map(lambda u: u[:35]),
+        _some_uuid.map(lambda u: u + "\n"),
+    ),
+    max_size=12,
+)
+
+
+@settings(max_examples=400)
+@given(_job_ids)
+def test_a_reserve_answer_keeps_exactly_the_jobs_whose_id_is_a_uuid(ids: list[str]) -> None:
+    # The whole answer is checked in one match first; whatever it lets through must be
+    # what checking id by id keeps.
+    jobs = [SimpleNamespace(ctx=SimpleNamespace(id=job_id)) for job_id in ids]
+    kept = _jobs_with_uuids(jobs)  # type: ignore[arg-type]
+    assert [job.ctx.id for job in kept] == [i for i in ids if _not_uuid(i) is None]
