@@ -9,9 +9,9 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, Callable
 
 import pytest
 
@@ -174,12 +174,7 @@ def test_a_thread_whose_call_ended_is_woken_when_the_loop_would_wait_not_before(
         done_at["follower"] = time.monotonic()
         return result
 
-    with ThreadPoolExecutor(2) as pool:
-        driver = pool.submit(portal.run, drive())
-        until_sync(lambda: portal._driving)
-        other = pool.submit(follower)
-        assert other.result(10) == 7
-        assert driver.result(10) == "driver"
+    assert driving_then_following(portal, drive(), follower) == ("driver", 7)
     assert done_at["follower"] >= done_at["busy"]
 
 
@@ -205,12 +200,19 @@ def test_a_loop_that_never_waits_still_wakes_the_threads_of_ended_calls(
         follower_back.set()
         return result
 
+    assert driving_then_following(portal, spin(), follower) == ("driver", 3)
+
+
+def driving_then_following(
+    portal: CallerLoop, driven: Coroutine[Any, Any, str], follower: Callable[[], int]
+) -> tuple[str, int]:
+    """Run ``driven`` in one thread; once it drives the loop, ``follower`` in another;
+    both results."""
     with ThreadPoolExecutor(2) as pool:
-        driver = pool.submit(portal.run, spin())
+        driver = pool.submit(portal.run, driven)
         until_sync(lambda: portal._driving)
         other = pool.submit(follower)
-        assert other.result(10) == 3
-        assert driver.result(10) == "driver"
+        return driver.result(10), other.result(10)
 
 
 def test_a_hand_over_to_a_closed_loop_raises(portal: CallerLoop) -> None:
