@@ -356,7 +356,7 @@ def test_one_timer_expires_each_open_call_at_its_deadline_and_no_ended_one(
 
     deadlines = Deadlines(
         loop,  # type: ignore[arg-type]
-        lambda key, item: key in open_calls,
+        lambda item: item in open_calls,
         expire,
     )
     for op, value in ops:
@@ -379,7 +379,7 @@ def test_one_timer_expires_each_open_call_at_its_deadline_and_no_ended_one(
 def test_calls_ended_behind_a_long_one_leave_no_growing_backlog() -> None:
     loop = ManualLoop()
     live = {0}
-    deadlines = Deadlines(loop, lambda key, item: key in live, lambda item: None)  # type: ignore[arg-type]
+    deadlines = Deadlines(loop, lambda item: item in live, lambda item: None)  # type: ignore[arg-type]
     deadlines.add(1000.0, 0, 0, 1)  # a long poll, at the front for all that follows
     for key in range(1, 5000):
         live.add(key)
@@ -394,7 +394,7 @@ def test_expired_calls_are_told_at_their_deadline_not_before() -> None:
     live = {"a", "b", "c"}
     deadlines = Deadlines(
         loop,  # type: ignore[arg-type]
-        lambda key, item: item in live,
+        lambda item: item in live,
         lambda item: told.append((item, loop.now)),
     )
     deadlines.add(5.0, 1, "a", 1)

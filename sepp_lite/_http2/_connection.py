@@ -301,18 +301,18 @@ class Connection(asyncio.BufferedProtocol):
     def _wake_waiters(self) -> None:
         self._slots.wake(self._peer.max_streams - len(self._streams))
 
-    def _is_open(self, stream_id: int, stream: Stream) -> bool:
-        return self._streams.get(stream_id) is stream
+    def _is_open(self, stream: Stream) -> bool:
+        return self._streams.get(stream.id) is stream
 
     def _expire(self, stream: Stream) -> None:
-        if self._streams.get(stream.id) is stream:
+        if self._is_open(stream):
             # The peer may still be working on the call: the reset tells it to stop,
             # and the call may or may not have been applied (ambiguous).
             self._reset(stream, f.CANCEL)
             self._complete(stream, deadline("deadline exceeded", sent=True))
 
     def _abandon(self, stream: Stream) -> None:
-        if self._streams.get(stream.id) is stream:
+        if self._is_open(stream):
             self._reset(stream, f.CANCEL)
             self._remove(stream)
 

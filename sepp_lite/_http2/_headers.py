@@ -89,12 +89,12 @@ def extra_fields(fields: Sequence[tuple[bytes, bytes]]) -> tuple[bytes, int]:
         # The usual call (grpc-timeout alone) takes no loop: on PyPy a loop here is a
         # trace of its own, which makes the caller's objects real allocations.
         ((name, value),) = fields
-        return literal(name, value), len(name) + len(value) + 32
+        return literal(name, value), field_size(name, value)
     block = b""
     size = 0
     for name, value in fields:
         block += literal(name, value)
-        size += len(name) + len(value) + 32
+        size += field_size(name, value)
     return block, size
 
 

@@ -55,7 +55,7 @@ class Deadlines:
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        live: Callable[[int, Any], bool],
+        live: Callable[[Any], bool],
         expire: Callable[[Any], None],
     ) -> None:
         self._loop = loop
@@ -83,7 +83,7 @@ class Deadlines:
 
     def _prune(self) -> None:
         live = self._live
-        self._entries[:] = [entry for entry in self._entries if live(entry[1], entry[2])]
+        self._entries[:] = [entry for entry in self._entries if live(entry[2])]
         heapq.heapify(self._entries)
 
     def _arm(self, deadline: float) -> None:
@@ -97,8 +97,8 @@ class Deadlines:
         entries, live = self._entries, self._live
         now = self._loop.time()
         while entries:
-            deadline, key, item = entries[0]
-            if not live(key, item):
+            deadline, _, item = entries[0]
+            if not live(item):
                 heapq.heappop(entries)
             elif deadline <= now:
                 heapq.heappop(entries)
