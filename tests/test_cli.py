@@ -11,6 +11,7 @@ import io
 import json
 import os
 import socket
+import stat
 import sys
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -951,7 +952,7 @@ def test_reader_gone_tells_a_pipe_without_reader() -> None:
 
 def test_a_regular_file_never_has_a_gone_reader(tmp_path: Path) -> None:
     with open(tmp_path / "f", "wb") as fh:
-        assert not common.reader_gone(fh.fileno()) and common.is_regular_file(fh.fileno())
+        assert not common.reader_gone(fh.fileno()) and stat.S_ISREG(common.file_mode(fh.fileno()))
 
 
 @pytest.mark.parametrize(

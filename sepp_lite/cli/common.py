@@ -35,9 +35,9 @@ __all__ = [
     "connection_parent",
     "describe",
     "exit_code_for",
+    "file_mode",
     "int_in",
     "is_terminal",
-    "is_regular_file",
     "iso",
     "job_limit_problem",
     "job_type_arg",
@@ -160,10 +160,7 @@ def reader_gone(fd: int) -> bool:
         poller = select.poll()
     except (ImportError, AttributeError):  # pragma: no cover - no poll() (Windows)
         return False
-    try:
-        mode = os.fstat(fd).st_mode
-    except OSError:
-        return False
+    mode = file_mode(fd)
     if not (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
         return False
     # A pipe's write end polls as POLLERR once no reader is left (Linux, the BSDs and
@@ -173,8 +170,8 @@ def reader_gone(fd: int) -> bool:
 
 
 def unread_in_pipe(fd: int) -> int:
-    """How many bytes written to the pipe ``fd`` (see :func:`is_pipe`) its reader has
-    not taken yet (0 where it cannot be told)."""
+    """How many bytes written to the pipe ``fd`` (a FIFO: see :func:`file_mode`) its
+    reader has not taken yet (0 where it cannot be told)."""
     try:
         import fcntl
         import termios
@@ -186,20 +183,12 @@ def unread_in_pipe(fd: int) -> int:
     return int.from_bytes(buffer, sys.byteorder)
 
 
-def is_pipe(fd: int) -> bool:
-    """Whether ``fd`` is a pipe (a FIFO)."""
+def file_mode(fd: int) -> int:
+    """``fd``'s ``st_mode`` (0 where it cannot be told), for the ``stat.S_IS*`` tests."""
     try:
-        return stat.S_ISFIFO(os.fstat(fd).st_mode)
+        return os.fstat(fd).st_mode
     except OSError:
-        return False
-
-
-def is_regular_file(fd: int) -> bool:
-    """Whether ``fd`` is a regular file (where fsync means something)."""
-    try:
-        return stat.S_ISREG(os.fstat(fd).st_mode)
-    except OSError:
-        return False
+        return 0
 
 
 # -- terminal output ------------------------------------------------------------------

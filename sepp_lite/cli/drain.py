@@ -23,6 +23,7 @@ import json
 import os
 import select
 import signal
+import stat
 import sys
 from collections.abc import Iterator
 from typing import IO, Any, Optional
@@ -34,9 +35,8 @@ from sepp_lite.cli.common import (
     CliError,
     Commands,
     connect,
+    file_mode,
     int_in,
-    is_pipe,
-    is_regular_file,
     is_terminal,
     iso,
     queue_name_arg,
@@ -141,8 +141,9 @@ class Output:
         self.name = name
         self.fd = fd
         self.stream = stream
-        self.is_file = fd is not None and is_regular_file(fd)
-        self.is_pipe = fd is not None and is_pipe(fd)
+        mode = 0 if fd is None else file_mode(fd)
+        self.is_file = stat.S_ISREG(mode)
+        self.is_pipe = stat.S_ISFIFO(mode)
         self.appending = appending and self.is_file
 
     def write(self, line: bytes) -> None:
