@@ -48,14 +48,14 @@ async def run_until_drained(
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     run = asyncio.ensure_future(worker.run())
-    stopping = worker.shutdown_handle()
+    shutdown = worker.shutdown_handle()
     try:
         while not run.done():
             # A worker that is shutting down is not idle: moving the clock now could
             # hand a due job to a poll still in flight, which the shutdown then leaves.
-            backlog = await step(worker.in_flight == 0 and not stopping.is_shutdown)
+            backlog = await step(worker.in_flight == 0 and not shutdown.is_shutdown)
             if backlog is None:
-                worker.shutdown_handle().shutdown()
+                shutdown.shutdown()
                 break
             if loop.time() > deadline:
                 raise asyncio.TimeoutError(_not_drained(queues, backlog, worker, timeout))
