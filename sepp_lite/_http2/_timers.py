@@ -8,9 +8,10 @@ from typing import Any, Callable, Optional
 
 
 class Timer:
-    """A callback the loop runs once, ``delay`` seconds after ``start``. Starting a
-    running timer moves it; ``cancel`` is safe at any time. ``running`` is true from
-    ``start`` until the callback runs or the timer is cancelled."""
+    """A callback the loop runs once, ``delay`` seconds after ``start`` (or at loop
+    time ``when``, after ``start_at``). Starting a running timer moves it; ``cancel``
+    is safe at any time. ``running`` is true from a start until the callback runs or
+    the timer is cancelled."""
 
     __slots__ = ("_callback", "_handle", "_loop")
 
@@ -24,9 +25,12 @@ class Timer:
         return self._handle is not None
 
     def start(self, delay: float) -> None:
+        self.start_at(self._loop.time() + delay)
+
+    def start_at(self, when: float) -> None:
         if self._handle is not None:
             self._handle.cancel()
-        self._handle = self._loop.call_later(delay, self._fire)
+        self._handle = self._loop.call_at(when, self._fire)
 
     def cancel(self) -> None:
         if self._handle is not None:
@@ -36,6 +40,9 @@ class Timer:
     def _fire(self) -> None:
         self._handle = None  # before the callback, which may start the timer again
         self._callback()
+
+
+_NOT_ARMED = float("inf")
 
 
 class Deadlines:
@@ -50,7 +57,7 @@ class Deadlines:
     outnumber the live ones (so a long call at the front, a long poll, holds no
     growing backlog). ``expire(item)`` runs for each live item whose deadline came."""
 
-    __slots__ = ("_armed_at", "_entries", "_expire", "_handle", "_live", "_loop")
+    __slots__ = ("_armed_at", "_entries", "_expire", "_live", "_loop", "_timer")
 
     def __init__(
         self,
@@ -62,8 +69,8 @@ class Deadlines:
         self._live = live
         self._expire = expire
         self._entries: list[tuple[float, int, Any]] = []
-        self._handle: Optional[asyncio.TimerHandle] = None
-        self._armed_at = 0.0
+        self._timer = Timer(loop, self._fire)
+        self._armed_at = _NOT_ARMED  # the timer's time while it runs
 
     def add(self, deadline: float, key: int, item: Any, live_count: int) -> None:
         """Watch ``item`` (``live_count``: how many items are live now, this one too)."""
@@ -71,14 +78,13 @@ class Deadlines:
         if len(entries) > 2 * live_count + 64:
             self._prune()
         heapq.heappush(entries, (deadline, key, item))
-        if self._handle is None or deadline < self._armed_at:
+        if deadline < self._armed_at:
             self._arm(deadline)
 
     def cancel(self) -> None:
         """Forget every deadline (the connection is closed)."""
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
+        self._timer.cancel()
+        self._armed_at = _NOT_ARMED
         self._entries.clear()
 
     def _prune(self) -> None:
@@ -87,13 +93,11 @@ class Deadlines:
         heapq.heapify(self._entries)
 
     def _arm(self, deadline: float) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
         self._armed_at = deadline
-        self._handle = self._loop.call_at(deadline, self._fire)
+        self._timer.start_at(deadline)
 
     def _fire(self) -> None:
-        self._handle = None
+        self._armed_at = _NOT_ARMED
         entries, live = self._entries, self._live
         now = self._loop.time()
         while entries:
@@ -105,5 +109,5 @@ class Deadlines:
                 self._expire(item)  # may add entries; the loop sees them
             else:
                 break
-        if entries and (self._handle is None or entries[0][0] < self._armed_at):
+        if entries and entries[0][0] < self._armed_at:
             self._arm(entries[0][0])
