@@ -22,6 +22,7 @@ import binascii
 import dataclasses
 import enum
 import sys
+import types
 import typing
 import uuid
 from collections.abc import Iterable, Mapping, MutableMapping, MutableSequence, Sequence
@@ -29,7 +30,7 @@ from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, NamedTuple
 
-__all__ = ["Converter", "InputError", "converter", "type_name"]
+__all__ = ["Converter", "InputError", "converter", "is_union", "type_name", "unwrap"]
 
 Fn = Callable[[Any], Any]
 
@@ -89,7 +90,9 @@ _QUALIFIERS = {getattr(typing, name, None) for name in ("Required", "NotRequired
 _QUALIFIERS.discard(None)
 
 
-def _unwrap(tp: Any) -> Any:
+def unwrap(tp: Any) -> Any:
+    """``tp`` without what does not change what travels: ``Annotated``, TypedDict key
+    qualifiers, ``NewType`` (its supertype); a ``TypeVar`` is ``Any``."""
     while True:
         origin = typing.get_origin(tp)
         if origin is typing.Annotated or (origin is not None and origin in _QUALIFIERS):
@@ -103,7 +106,7 @@ def _unwrap(tp: Any) -> Any:
 
 
 def _compile(tp: Any, memo: dict[Any, Converter]) -> Converter:
-    tp = _unwrap(tp)
+    tp = unwrap(tp)
     try:
         known = memo.get(tp)
     except TypeError:  # an unhashable annotation (a Literal of a list, say)
@@ -245,7 +248,7 @@ _DICTS = {dict, Mapping, MutableMapping}
 def _compile_generic(
     tp: Any, origin: Any, args: tuple[Any, ...], memo: dict[Any, Converter]
 ) -> Converter:
-    if origin is typing.Union or (sys.version_info >= (3, 10) and _is_new_union(origin)):
+    if is_union(origin):
         return _union(tp, args, memo)
     if origin is typing.Literal:
         return _literal(args)
@@ -262,10 +265,10 @@ def _compile_generic(
     raise TypeError(f"{type_name(tp)} cannot be carried as JSON by sepp_lite.tasks")
 
 
-def _is_new_union(origin: Any) -> bool:
-    import types
-
-    return origin is types.UnionType
+def is_union(origin: Any) -> bool:
+    """Whether ``origin`` (``typing.get_origin`` of a type) is a union: ``Union[...]``,
+    ``Optional[...]`` or ``X | Y``."""
+    return origin is typing.Union or origin is getattr(types, "UnionType", typing.Union)
 
 
 def _item(args: tuple[Any, ...], memo: dict[Any, Converter]) -> Converter:
@@ -327,7 +330,7 @@ def _tuple(args: tuple[Any, ...], memo: dict[Any, Converter]) -> Converter:
 def _key(tp: Any) -> Converter:
     """JSON object keys are strings: str keys as they are, int keys as decimals, and
     enums, UUIDs and dates as their string forms."""
-    tp = _unwrap(tp)
+    tp = unwrap(tp)
     if tp is str or tp is Any:
         return _SCALARS[str]
     if tp is int:
