@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import enum
 import sys
+import typing
 import uuid
+from collections import abc
 from dataclasses import dataclass, field
 from datetime import date, datetime, timezone
 from decimal import Decimal
-from typing import Any, Literal, NewType, Optional, TypedDict, Union
+from typing import Any, Generic, Literal, NewType, Optional, TypedDict, TypeVar, Union
 
 import pytest
 
@@ -72,6 +74,7 @@ class Person(TypedDict):
 
 
 UserId = NewType("UserId", int)
+T = TypeVar("T")
 
 
 def roundtrip(tp: Any, value: Any) -> Any:
@@ -98,6 +101,8 @@ def load_error(tp: Any, data: bytes) -> str:
         (tuple[int, str], (1, "a"), b'[1,"a"]'),
         (tuple[int, ...], (1, 2, 3), b"[1,2,3]"),
         (frozenset[int], frozenset({1}), b"[1]"),
+        (abc.Set[int], {1, 2}, b"[1,2]"),  # typing.AbstractSet
+        (abc.MutableSet[str], {"a"}, b'["a"]'),
         (dict[int, str], {1: "a"}, b'{"1":"a"}'),
         (dict[Color, int], {Color.RED: 1}, b'{"red":1}'),
         (Color, Color.BLUE, b'"blue"'),
@@ -163,9 +168,36 @@ def test_json_reads_what_other_producers_write() -> None:
         (uuid.UUID, b'"nope"', "not a valid UUID: 'nope'"),
         (date, b"20300101", "expected date as a string, got int"),
         (Decimal, b'"x"', "not a valid Decimal: 'x'"),
-        (tuple[int, str], b"[1]", "expected a list of 2 items, got list"),
+        (tuple[int, str], b"[1]", "expected a list of 2 items, got a list of 1"),
+        (tuple[int, str], b"{}", "expected a list of 2 items, got dict"),
         (tuple[int, str], b"[1,2]", "[1]: expected str, got int"),
-        (dict[int, str], b'{"a":"b"}', "['a']: expected an integer key, got 'a'"),
+        (dict[int, str], b'{"a":"b"}', "key 'a': not an integer"),
+        (
+            dict[Color, int],
+            b'{"green":1}',
+            "key 'green': expected one of ['red', 'blue'], got 'green'",
+        ),
+        (dict[str, int], b"[]", "expected an object, got list"),
+        (list[int], b"{}", "expected a list, got dict"),
+        (tuple[int, ...], b"{}", "expected a list, got dict"),
+        (set[int], b"{}", "expected a list (for a set), got dict"),
+        (set[Any], b"[1,[2]]", "[1]: expected a hashable value, got list"),
+        (frozenset, b'[{"a":1}]', "[0]: expected a hashable value, got dict"),
+        (
+            datetime,
+            b'"soon"',
+            "expected a datetime as datetime.isoformat() writes it (Z for UTC too), got 'soon'",
+        ),
+        (
+            date,
+            b'"2030-13-01"',
+            "expected a date as date.isoformat() writes it (YYYY-MM-DD), got '2030-13-01'",
+        ),
+        (bytes, b'"!!"', "not valid base64: '!!'"),
+        (bytes, b"1", "expected bytes as a base64 string, got int"),
+        (float, b'"1"', "expected float, got str"),
+        (type(None), b"1", "expected null, got int"),
+        (Decimal, b"true", "expected Decimal, got bool"),
         (Literal["a"], b'"b"', "expected one of ['a'], got 'b'"),
         (Union[int, str], b"[]", "expected int | str, got list"),
         (Union[Qty, int], b'{"sku":"a"}', ".qty: missing"),
@@ -205,10 +237,133 @@ def test_encoding_checks_the_value_too() -> None:
         TextCodec().decode(b"\xff")
 
 
+def test_what_does_not_fit_is_named_when_encoding_too() -> None:
+    cases: list[tuple[Any, Any, str]] = [
+        (dict[str, int], {1: 1}, "key 1: expected str, got int"),
+        (dict[int, str], {"a": "b"}, "key 'a': expected int, got str"),
+        (dict[str, int], {"a": "b"}, "['a']: expected int, got str"),
+        (dict[str, int], [("a", 1)], "expected an object, got list"),
+        (Color, "red", "expected Color, got str"),
+        (Decimal, 1.5, "expected Decimal, got float"),
+        (tuple[int, str], (1,), "expected a list of 2 items, got a tuple of 1"),
+        (list[int], "ab", "expected a list, got str"),
+        (tuple[int, ...], "ab", "expected a tuple, got str"),
+        (set[int], "ab", "expected a set, got str"),
+        (frozenset[int], "ab", "expected a frozenset, got str"),
+        (Qty, {"sku": "a", "qty": 1}, "expected Qty, got dict"),
+        (Person, [], "expected an object (Person), got list"),
+        (Literal["a"], "b", "expected one of ['a'], got 'b'"),
+        (Union[int, str], 1.5, "expected int | str, got float"),
+        (uuid.UUID, "x", "expected UUID, got str"),
+        (bytes, "x", "expected bytes, got str"),
+        (float, "1", "expected float, got str"),
+        # Under Any (and in a bare container) a value travels as it is: JSON data only.
+        (
+            list[Any],
+            [date(2030, 1, 1)],
+            "Object of type date is not JSON serializable (a value typed Any, or in a "
+            "bare dict, list, tuple or set, must be JSON data: dict, list, str, int, "
+            "float, bool or None)",
+        ),
+        (dict, {"a": {1, 2}}, "Object of type set is not JSON serializable"),
+    ]
+    for tp, value, message in cases:
+        with pytest.raises(InputError) as caught:
+            JsonCodec(tp).encode(value)
+        assert str(caught.value).startswith(message), (tp, str(caught.value))
+
+
+@dataclass
+class Box(Generic[T]):
+    item: T
+
+
 def test_types_that_cannot_be_json_are_refused_at_registration() -> None:
-    for tp in (set[complex], complex, dict[float, int], type):
-        with pytest.raises(TypeError):
+    @dataclass
+    class Local:
+        inner: LocalInner  # type: ignore[name-defined]  # noqa: F821 - defined nowhere
+
+    carried = "cannot be carried as JSON by sepp_lite.tasks (give the task a codec= for it)"
+    cases: list[tuple[Any, str]] = [
+        (complex, f"complex {carried}"),
+        (set[complex], f"complex {carried}"),
+        (type, f"type {carried}"),
+        (
+            dict[float, int],
+            "dict keys of type float cannot be carried as JSON object keys by "
+            "sepp_lite.tasks (keys may be str, int, a str-valued Enum, UUID, date or datetime)",
+        ),
+        (dict[Level, int], "dict keys of type Level cannot be carried"),
+        (type[int], f"type[int] {carried}"),
+        (Box[int], f"{__name__}.Box[int]: generic dataclasses are not supported"),
+        (
+            Local,
+            "cannot resolve the annotations of test_types_that_cannot_be_json_are_refused_at_"
+            "registration.<locals>.Local (name 'LocalInner' is not defined): the names they "
+            "use must be defined at the top level of its module, tests.test_typed_tasks_convert",
+        ),
+        ("Qty", "'Qty' is the name of a type, not a type: pass the type itself"),
+        (list["Qty"], "'Qty' is the name of a type, not a type: pass the type itself"),
+    ]
+    for tp, message in cases:
+        with pytest.raises(TypeError) as caught:
             JsonCodec(tp)
+        assert str(caught.value).startswith(message), (tp, str(caught.value))
+    # input_type= cannot help a class whose own annotations do not resolve.
+    with pytest.raises(TypeError, match="cannot resolve the annotations of"):
+        Tasks(queue="q").task(input_type=Local)(take_any)
+
+
+async def take_any(value: Any) -> None: ...
+
+
+# -- bare containers ---------------------------------------------------------------------
+
+
+BARE: list[tuple[Any, Any, Any, bytes]] = [
+    (dict, dict[str, Any], {"a": [1, {"b": None}]}, b'{"a":[1,{"b":null}]}'),
+    (typing.Dict, dict[str, Any], {"a": 1}, b'{"a":1}'),  # noqa: UP006 - the alias itself
+    (abc.Mapping, dict[str, Any], {"a": 1}, b'{"a":1}'),
+    (abc.MutableMapping, dict[str, Any], {"a": 1}, b'{"a":1}'),
+    (list, list[Any], [1, "x", None, [2]], b'[1,"x",null,[2]]'),
+    (typing.List, list[Any], [1], b"[1]"),  # noqa: UP006 - the alias itself
+    (abc.Sequence, list[Any], [1], b"[1]"),
+    (abc.MutableSequence, list[Any], [1], b"[1]"),
+    (abc.Iterable, list[Any], [1], b"[1]"),
+    (tuple, tuple[Any, ...], (1, "x"), b'[1,"x"]'),
+    (typing.Tuple, tuple[Any, ...], (1, "x", 2), b'[1,"x",2]'),  # noqa: UP006 - the alias itself
+    (set, set[Any], {1}, b"[1]"),
+    (typing.Set, set[Any], {"a"}, b'["a"]'),  # noqa: UP006 - the alias itself
+    (abc.Set, set[Any], {1}, b"[1]"),
+    (abc.MutableSet, set[Any], {1}, b"[1]"),
+    (frozenset, frozenset[Any], frozenset({"a"}), b'["a"]'),
+    (typing.FrozenSet, frozenset[Any], frozenset({1}), b"[1]"),  # noqa: UP006 - the alias itself
+]
+
+
+@pytest.mark.parametrize(("bare", "parameterised", "value", "wire"), BARE, ids=str)
+def test_bare_containers_are_json_like_their_any_forms(
+    bare: Any, parameterised: Any, value: Any, wire: bytes
+) -> None:
+    for tp in (bare, parameterised):
+        codec = codec_for(tp)
+        assert isinstance(codec, JsonCodec), tp
+        assert codec.encode(value) == wire
+        back = codec.decode(wire)
+        assert back == value and type(back) is type(value), (tp, back)
+
+
+def test_a_task_takes_a_bare_container() -> None:
+    tasks = Tasks(queue="q")
+
+    @tasks.task
+    async def record(event: dict) -> None: ...  # type: ignore[type-arg]
+
+    assert record.input_type is dict
+    assert record.payload({"a": [1]}).data == b'{"a":[1]}'  # type: ignore[union-attr]
+    assert record.decode(b'{"a":[1]}') == {"a": [1]}
+    with pytest.raises(InputError, match="^record: event: expected an object, got list$"):
+        record.decode(b"[]")
 
 
 def test_the_codec_follows_the_annotation() -> None:
@@ -263,6 +418,36 @@ if msgspec is not None:
     class MBill(msgspec.Struct):
         lines: list[MLine]
 
+    @dataclass
+    class MHolder:
+        bill: MBill
+
+    class MBag(msgspec.Struct):
+        d: dict  # type: ignore[type-arg]
+        l: list  # type: ignore[type-arg]  # noqa: E741
+        t: tuple  # type: ignore[type-arg]
+        s: set  # type: ignore[type-arg]
+        f: frozenset  # type: ignore[type-arg]
+
+
+if pydantic is not None:
+
+    class PBag(pydantic.BaseModel):
+        d: dict  # type: ignore[type-arg]
+        l: list  # type: ignore[type-arg]  # noqa: E741
+        t: tuple  # type: ignore[type-arg]
+        s: set  # type: ignore[type-arg]
+        f: frozenset  # type: ignore[type-arg]
+
+
+@dataclass
+class Bag:
+    d: dict  # type: ignore[type-arg]
+    l: list  # type: ignore[type-arg]  # noqa: E741
+    t: tuple  # type: ignore[type-arg]
+    s: set  # type: ignore[type-arg]
+    f: frozenset  # type: ignore[type-arg]
+
 
 @pytest.mark.skipif(pydantic is None, reason="pydantic is optional (not installed)")
 def test_pydantic_models_are_validated_by_pydantic() -> None:
@@ -292,6 +477,10 @@ def test_pydantic_models_are_validated_by_pydantic() -> None:
     assert JsonCodec(Holder).decode(b'{"bill":{"lines":[]}}') == Holder(PBill(lines=[]))
     with pytest.raises(InputError, match=r"^\.bill\.lines: "):
         JsonCodec(Holder).decode(b'{"bill":{"lines":1}}')
+    with pytest.raises(InputError, match=r"^\.bill: expected PBill, got dict$"):
+        JsonCodec(Holder).encode(Holder({"lines": []}))  # type: ignore[arg-type]
+    with pytest.raises(InputError, match=r"^expected PBill, got dict$"):
+        codec.encode({"lines": []})
 
 
 @pytest.mark.skipif(msgspec is None, reason="msgspec is optional (not installed)")
@@ -304,5 +493,31 @@ def test_msgspec_structs_are_validated_by_msgspec() -> None:
     with pytest.raises(InputError) as caught:
         codec.decode(b'{"lines":[{"sku":"a","qty":"x"}]}')
     assert str(caught.value) == ".lines[0].qty: Expected `int`, got `str`"
+    with pytest.raises(InputError, match="^Expected `object`, got `array`$"):
+        codec.decode(b"[]")
     with pytest.raises(InputError, match="not valid JSON"):
         codec.decode(b"{")
+    with pytest.raises(InputError, match=r"^expected MBill, got dict$"):
+        codec.encode({"lines": []})
+    # A Struct inside a dataclass goes through msgspec as well, both ways.
+    assert JsonCodec(MHolder).decode(b'{"bill":{"lines":[]}}') == MHolder(MBill(lines=[]))
+    with pytest.raises(InputError, match=r"^\.bill\.lines: Expected `array`, got `int`$"):
+        JsonCodec(MHolder).decode(b'{"bill":{"lines":1}}')
+    with pytest.raises(InputError, match=r"^\.bill: expected MBill, got dict$"):
+        JsonCodec(MHolder).encode(MHolder({"lines": []}))  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(pydantic is None or msgspec is None, reason="pydantic and msgspec are optional")
+def test_bare_containers_travel_alike_in_a_dataclass_a_pydantic_model_and_a_struct() -> None:
+    fields = {"d": {"a": [1]}, "l": [1, "x"], "t": (1, "y"), "s": {3, 1}, "f": frozenset({2})}
+    wire = b'{"d":{"a":[1]},"l":[1,"x"],"t":[1,"y"],"s":[1,3],"f":[2]}'
+    unhashable = b'{"d":{},"l":[],"t":[],"s":[1,[2]],"f":[]}'
+    for tp in (Bag, PBag, MBag):
+        codec = codec_for(tp)
+        assert codec.encode(tp(**fields)) == wire, tp
+        back = codec.decode(wire)
+        assert {name: getattr(back, name) for name in fields} == fields, tp
+        assert [type(getattr(back, name)) for name in fields] == [dict, list, tuple, set, frozenset]
+        with pytest.raises(InputError) as caught:
+            codec.decode(unhashable)
+        assert caught.value.path == ".s[1]", (tp, str(caught.value))

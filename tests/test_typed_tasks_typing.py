@@ -105,6 +105,50 @@ async def produce(client: sepp.SeppClient) -> None:
 @tasks.task  # E
 async def three(a: int, ctx: sepp.JobCtx, c: int) -> None: ...
 """,
+    "bad_two_inputs": """
+@tasks.task  # E
+async def add(x: int, y: int) -> None: ...
+
+@tasks.task(max_attempts=3)  # E
+async def add_later(x: int, y: int) -> None: ...
+
+@tasks.task  # E
+def blocking_add(x: int, y: str) -> None: ...
+
+@tasks.task  # E
+async def keyword(x: int, *, y: int) -> None: ...
+""",
+    "bad_periodic_input": """
+@tasks.periodic(every=60)  # E
+async def tick(when: int) -> None: ...
+
+@tasks.periodic(every=60)  # E
+async def tick_two(ctx: sepp.JobCtx, extra: int) -> None: ...
+""",
+    "ok_task_shapes": """
+@tasks.task
+async def optional_ctx(msg: Welcome, ctx: Optional[sepp.JobCtx] = None) -> None: ...
+
+@tasks.task
+async def with_flag(msg: Welcome, ctx: sepp.JobCtx, *, dry_run: bool = False) -> None: ...
+
+class Mailer:
+    async def send(self, msg: Welcome, ctx: sepp.JobCtx) -> None: ...
+
+send = tasks.task(Mailer().send)
+
+@tasks.periodic(every=60)
+async def sweep(ctx: sepp.JobCtx) -> None: ...
+
+@tasks.periodic(every=60, job_type="beat")
+def beat() -> None: ...
+
+async def produce(client: sepp.SeppClient) -> None:
+    await optional_ctx.enqueue(client, Welcome("a"))
+    await with_flag.enqueue(client, Welcome("b"))
+    await send.enqueue(client, Welcome("c"))
+    sweep_type: sepp.Task[bytes] = sweep
+""",
 }
 
 

@@ -88,6 +88,10 @@ def _no_constants(name: str) -> Any:
 # Compact, UTF-8, and no NaN or Infinity: what every other language's JSON reads.
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _DECODER = json.JSONDecoder(parse_constant=_no_constants)
+_ANY_IS_JSON = (
+    "(a value typed Any, or in a bare dict, list, tuple or set, must be JSON data: "
+    "dict, list, str, int, float, bool or None)"
+)
 
 
 class JsonCodec:
@@ -101,12 +105,13 @@ class JsonCodec:
         self._dump, self._load = converter(tp)
 
     def encode(self, value: Any) -> bytes:
+        data = self._dump(value)
         try:
-            return _ENCODER.encode(self._dump(value)).encode("utf-8")
-        except InputError:
-            raise
+            return _ENCODER.encode(data).encode("utf-8")
         except ValueError as exc:  # NaN or infinity
             raise InputError(str(exc)) from None
+        except TypeError as exc:  # under Any, the converter passes values as they are
+            raise InputError(f"{exc} {_ANY_IS_JSON}") from None
 
     def decode(self, data: bytes) -> Any:
         try:

@@ -5,9 +5,9 @@ library only.
 job pays for no ``typing`` introspection: ``dump`` checks a value against the type
 and returns plain JSON data (dict, list, str, int, float, bool, None); ``load`` checks
 JSON data against the type and builds the value (dataclasses, TypedDicts, enums,
-datetimes, dates, UUIDs, decimals, bytes as base64, lists, tuples, sets, dicts,
-Optional/Union, Literal; pydantic models and msgspec Structs through their own
-libraries when the type is one). A mismatch raises :class:`InputError`, whose path
+datetimes, dates, UUIDs, decimals, bytes as base64, lists, tuples, sets, dicts (bare
+ones as of ``Any``), Optional/Union, Literal; pydantic models and msgspec Structs
+through their own libraries when the type is one). A mismatch raises :class:`InputError`, whose path
 is collected while the error unwinds (``.items[2].qty``), so a value that fits costs
 no path bookkeeping.
 
@@ -22,14 +22,23 @@ import binascii
 import dataclasses
 import enum
 import sys
+import types
 import typing
 import uuid
-from collections.abc import Iterable, Mapping, MutableMapping, MutableSequence, Sequence
+from collections.abc import (
+    Iterable,
+    Mapping,
+    MutableMapping,
+    MutableSequence,
+    MutableSet,
+    Sequence,
+)
+from collections.abc import Set as AbstractSet
 from datetime import date, datetime, timezone
 from decimal import Decimal, InvalidOperation
 from typing import Any, Callable, NamedTuple
 
-__all__ = ["Converter", "InputError", "converter", "type_name"]
+__all__ = ["Converter", "InputError", "converter", "is_union", "type_name", "unwrap"]
 
 Fn = Callable[[Any], Any]
 
@@ -89,7 +98,9 @@ _QUALIFIERS = {getattr(typing, name, None) for name in ("Required", "NotRequired
 _QUALIFIERS.discard(None)
 
 
-def _unwrap(tp: Any) -> Any:
+def unwrap(tp: Any) -> Any:
+    """``tp`` without what does not change what travels: ``Annotated``, TypedDict key
+    qualifiers, ``NewType`` (its supertype); a ``TypeVar`` is ``Any``."""
     while True:
         origin = typing.get_origin(tp)
         if origin is typing.Annotated or (origin is not None and origin in _QUALIFIERS):
@@ -103,7 +114,10 @@ def _unwrap(tp: Any) -> Any:
 
 
 def _compile(tp: Any, memo: dict[Any, Converter]) -> Converter:
-    tp = _unwrap(tp)
+    tp = unwrap(tp)
+    if isinstance(tp, (str, typing.ForwardRef)):  # input_type="Order", list["Order"]
+        name = tp if isinstance(tp, str) else tp.__forward_arg__
+        raise TypeError(f"{name!r} is the name of a type, not a type: pass the type itself")
     try:
         known = memo.get(tp)
     except TypeError:  # an unhashable annotation (a Literal of a list, say)
@@ -113,13 +127,22 @@ def _compile(tp: Any, memo: dict[Any, Converter]) -> Converter:
     origin = typing.get_origin(tp)
     if origin is not None:
         return _compile_generic(tp, origin, typing.get_args(tp), memo)
+    if isinstance(tp, type) and tp in _CONTAINERS:  # bare: as if of Any
+        return _compile_generic(tp, tp, (), memo)
     scalar = _SCALARS.get(tp)
     if scalar is not None:
         return scalar
     for test, build in _CLASSES:
         if isinstance(tp, type) and test(tp):
             return _recursive(tp, memo, build)
-    raise TypeError(f"{type_name(tp)} cannot be carried as JSON by sepp_lite.tasks")
+    raise _uncarried(tp)
+
+
+def _uncarried(tp: Any) -> TypeError:
+    return TypeError(
+        f"{type_name(tp)} cannot be carried as JSON by sepp_lite.tasks (give the task a "
+        "codec= for it)"
+    )
 
 
 def _recursive(
@@ -168,9 +191,13 @@ def _any(value: Any) -> Any:
     return value
 
 
-def _text_type(kind: type, parse: Callable[[str], Any], show: Callable[[Any], str]) -> Converter:
-    """A type carried as a JSON string (UUID, datetime, date, bytes as base64)."""
+def _text_type(
+    kind: type, parse: Callable[[str], Any], show: Callable[[Any], str], wrong: str
+) -> Converter:
+    """A type carried as a JSON string (UUID, datetime, date, bytes as base64); ``wrong``
+    is the problem of a string that does not parse, with ``{!r}`` for the string."""
     name = kind.__name__
+    text = "a base64 string" if kind is bytes else "a string"
 
     def dump(value: Any) -> str:
         if isinstance(value, kind) and not (kind is date and isinstance(value, datetime)):
@@ -179,11 +206,11 @@ def _text_type(kind: type, parse: Callable[[str], Any], show: Callable[[Any], st
 
     def load(value: Any) -> Any:
         if not isinstance(value, str):
-            raise _mismatch(f"{name} as a string", value)
+            raise _mismatch(f"{name} as {text}", value)
         try:
             return parse(value)
         except (ValueError, TypeError, binascii.Error):
-            raise InputError(f"not a valid {name}: {value!r}") from None
+            raise InputError(wrong.format(value)) from None
 
     return Converter(dump, load)
 
@@ -223,13 +250,25 @@ _SCALARS: dict[Any, Converter] = {
     None: Converter(_null, _null),
     Any: Converter(_any, _any),
     object: Converter(_any, _any),
-    uuid.UUID: _text_type(uuid.UUID, uuid.UUID, str),
-    datetime: _text_type(datetime, _parse_datetime, datetime.isoformat),
-    date: _text_type(date, _parse_date, date.isoformat),
+    uuid.UUID: _text_type(uuid.UUID, uuid.UUID, str, "not a valid UUID: {!r}"),
+    # Before Python 3.11 fromisoformat reads only what isoformat writes: say that much.
+    datetime: _text_type(
+        datetime,
+        _parse_datetime,
+        datetime.isoformat,
+        "expected a datetime as datetime.isoformat() writes it (Z for UTC too), got {!r}",
+    ),
+    date: _text_type(
+        date,
+        _parse_date,
+        date.isoformat,
+        "expected a date as date.isoformat() writes it (YYYY-MM-DD), got {!r}",
+    ),
     bytes: _text_type(
         bytes,
         lambda s: base64.b64decode(s, validate=True),
         lambda b: base64.b64encode(b).decode("ascii"),
+        "not valid base64: {!r}",
     ),
     Decimal: Converter(_dump_decimal, _load_decimal),
 }
@@ -239,33 +278,36 @@ _SCALARS: dict[Any, Converter] = {
 
 # typing.List[int] and list[int] have the same origin, list (and so on).
 _LISTS = {list, Sequence, MutableSequence, Iterable}
+_SETS = {set: set, frozenset: frozenset, AbstractSet: set, MutableSet: set}
 _DICTS = {dict, Mapping, MutableMapping}
+# Written bare (list, dict, typing.Tuple has an origin), each is its form of Any.
+_CONTAINERS = {*_LISTS, *_SETS, *_DICTS, tuple}
 
 
 def _compile_generic(
     tp: Any, origin: Any, args: tuple[Any, ...], memo: dict[Any, Converter]
 ) -> Converter:
-    if origin is typing.Union or (sys.version_info >= (3, 10) and _is_new_union(origin)):
+    if is_union(origin):
         return _union(tp, args, memo)
     if origin is typing.Literal:
         return _literal(args)
     if origin in _LISTS:
-        return _sequence(_item(args, memo), list, "a list")
-    if origin in (set, frozenset):
-        return _sequence(_item(args, memo), origin, "a set")
+        return _sequence(_item(args, memo), list)
+    if origin in _SETS:
+        return _sequence(_item(args, memo), _SETS[origin])
     if origin is tuple:
-        return _tuple(args, memo)
+        return _tuple(tp, args, memo)
     if origin in _DICTS:
         return _mapping(args, memo)
     if dataclasses.is_dataclass(origin):
         raise TypeError(f"{type_name(tp)}: generic dataclasses are not supported")
-    raise TypeError(f"{type_name(tp)} cannot be carried as JSON by sepp_lite.tasks")
+    raise _uncarried(tp)
 
 
-def _is_new_union(origin: Any) -> bool:
-    import types
-
-    return origin is types.UnionType
+def is_union(origin: Any) -> bool:
+    """Whether ``origin`` (``typing.get_origin`` of a type) is a union: ``Union[...]``,
+    ``Optional[...]`` or ``X | Y``."""
+    return origin is typing.Union or origin is getattr(types, "UnionType", typing.Union)
 
 
 def _item(args: tuple[Any, ...], memo: dict[Any, Converter]) -> Converter:
@@ -282,8 +324,12 @@ def _find_index(items: Iterable[Any], convert: Fn, error: InputError) -> InputEr
     return error
 
 
-def _sequence(item: Converter, kind: Any, what: str) -> Converter:
+def _sequence(item: Converter, kind: type) -> Converter:
+    """A list, tuple or set of ``item``: any of those when dumping, a JSON list when
+    loading."""
     dump_item, load_item = item
+    what = f"a {kind.__name__}"
+    listed = "a list" if kind in (list, tuple) else f"a list (for {what})"
 
     def dump(value: Any) -> list[Any]:
         if not isinstance(value, (list, tuple, set, frozenset)):
@@ -295,24 +341,45 @@ def _sequence(item: Converter, kind: Any, what: str) -> Converter:
 
     def load(value: Any) -> Any:
         if not isinstance(value, list):
-            raise _mismatch(what, value)
+            raise _mismatch(listed, value)
         try:
             items = [load_item(v) for v in value]
         except InputError as error:
             raise _find_index(value, load_item, error) from None
-        return items if kind is list else kind(items)
+        if kind is list:
+            return items
+        try:
+            return kind(items)
+        except TypeError as exc:  # a set of items that cannot be in one (lists, dicts)
+            raise _find_index(items, _hashable, InputError(str(exc))) from None
 
     return Converter(dump, load)
 
 
-def _tuple(args: tuple[Any, ...], memo: dict[Any, Converter]) -> Converter:
+def _hashable(value: Any) -> None:
+    try:
+        hash(value)
+    except TypeError:
+        raise _mismatch("a hashable value", value) from None
+
+
+def _tuple(tp: Any, args: tuple[Any, ...], memo: dict[Any, Converter]) -> Converter:
+    if tp is tuple or tp is typing.Tuple:  # noqa: UP006 - bare: as tuple[Any, ...]
+        args = (Any, ...)
+    elif args == ((),):  # tuple[()] before Python 3.11
+        args = ()
     if len(args) == 2 and args[1] is Ellipsis:
-        return _sequence(_compile(args[0], memo), tuple, "a list")
+        return _sequence(_compile(args[0], memo), tuple)
     items = [_compile(arg, memo) for arg in args]
 
     def convert(value: Any, dumping: bool) -> Any:
-        if not isinstance(value, (tuple, list)) or len(value) != len(items):
+        if not isinstance(value, (tuple, list)):
             raise _mismatch(f"a list of {len(items)} items", value)
+        if len(value) != len(items):
+            raise InputError(
+                f"expected a list of {len(items)} items, got a {type(value).__name__} "
+                f"of {len(value)}"
+            )
         out = []
         for index, (conv, element) in enumerate(zip(items, value)):
             try:
@@ -327,7 +394,7 @@ def _tuple(args: tuple[Any, ...], memo: dict[Any, Converter]) -> Converter:
 def _key(tp: Any) -> Converter:
     """JSON object keys are strings: str keys as they are, int keys as decimals, and
     enums, UUIDs and dates as their string forms."""
-    tp = _unwrap(tp)
+    tp = unwrap(tp)
     if tp is str or tp is Any:
         return _SCALARS[str]
     if tp is int:
@@ -336,14 +403,17 @@ def _key(tp: Any) -> Converter:
             try:
                 return int(key)
             except ValueError:
-                raise InputError(f"expected an integer key, got {key!r}") from None
+                raise InputError("not an integer") from None
 
         return Converter(lambda k: str(_SCALARS[int].dump(k)), load_int)
     if tp in (uuid.UUID, date, datetime) or (
         isinstance(tp, type) and issubclass(tp, enum.Enum) and _all_str(tp)
     ):
         return _compile(tp, {})
-    raise TypeError(f"dict keys of type {type_name(tp)} cannot be JSON object keys")
+    raise TypeError(
+        f"dict keys of type {type_name(tp)} cannot be carried as JSON object keys by "
+        "sepp_lite.tasks (keys may be str, int, a str-valued Enum, UUID, date or datetime)"
+    )
 
 
 def _all_str(tp: type[enum.Enum]) -> bool:
@@ -365,10 +435,20 @@ def _mapping(args: tuple[Any, ...], memo: dict[Any, Converter]) -> Converter:
             for k, v in value.items():
                 out[convert_key(k)] = convert_value(v)
         except InputError as error:
-            raise error.at(f"[{k!r}]") from None
+            raise _entry_error(error, k, convert_key) from None
         return out
 
     return Converter(lambda v: convert(v, True), lambda v: convert(v, False))
+
+
+def _entry_error(error: InputError, key: Any, convert_key: Fn) -> InputError:
+    """The error of one entry of an object: its key's, said so (a path would point at
+    its value), or its value's, located at the key."""
+    try:
+        convert_key(key)
+    except InputError as key_error:
+        return InputError(f"key {key!r}: {key_error.problem}")
+    return error.at(f"[{key!r}]")
 
 
 def _union(tp: Any, args: tuple[Any, ...], memo: dict[Any, Converter]) -> Converter:
@@ -420,8 +500,8 @@ def _hints(tp: type) -> dict[str, Any]:
         return typing.get_type_hints(tp, include_extras=True)
     except NameError as exc:
         raise TypeError(
-            f"cannot resolve the annotations of {tp.__qualname__} ({exc}); define it at "
-            "module level, or pass input_type= explicitly"
+            f"cannot resolve the annotations of {tp.__qualname__} ({exc}): the names they "
+            f"use must be defined at the top level of its module, {tp.__module__}"
         ) from None
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 from collections.abc import AsyncIterator, Awaitable
 from datetime import tzinfo
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
@@ -15,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 from sepp_lite import _log
 from sepp_lite._periodic import PeriodicJob, PeriodicScheduler
 from sepp_lite._time import Duration
-from sepp_lite.tasks._task import check_task_function
+from sepp_lite.tasks._signature import describe, is_async, shape_of
 from sepp_lite.types import JobCtx
 
 if TYPE_CHECKING:
@@ -32,9 +31,9 @@ def task_function(fn: Fn) -> Callable[[bytes, JobCtx], Awaitable[Any]]:
     """``fn`` (``fn(ctx)`` or ``fn()``, an ``async def`` or a plain ``def``, which then
     runs in a worker thread) as a task's function: its input is the empty payload of a
     periodic job. ``TypeError`` for another shape."""
-    takes_ctx = _takes_ctx(fn)
+    takes_ctx = shape_of(fn, periodic=True).takes_ctx
     run: Callable[[bytes, JobCtx], Any]
-    if inspect.iscoroutinefunction(fn):
+    if is_async(fn):
 
         async def run(_: bytes, ctx: JobCtx) -> Any:
             return await (fn(ctx) if takes_ctx else fn())
@@ -44,7 +43,7 @@ def task_function(fn: Fn) -> Callable[[bytes, JobCtx], Awaitable[Any]]:
         def run(_: bytes, ctx: JobCtx) -> Any:
             return fn(ctx) if takes_ctx else fn()
 
-    run.__qualname__ = getattr(fn, "__qualname__", run.__qualname__)
+    run.__qualname__ = describe(fn)
     return run
 
 
@@ -70,21 +69,6 @@ def schedule_of(
         priority=None if task.priority is None else task.priority.value,
         max_attempts=task.max_attempts,
     )
-
-
-def _takes_ctx(fn: Fn) -> bool:
-    check_task_function(fn)
-    positional = [
-        p
-        for p in inspect.signature(fn).parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    if len(positional) > 1:
-        raise TypeError(
-            f"{fn.__qualname__}: a periodic task takes the JobCtx or nothing, "
-            f"got {len(positional)} positional parameters"
-        )
-    return len(positional) == 1
 
 
 @contextlib.asynccontextmanager

@@ -22,7 +22,8 @@ from sepp_lite._periodic import (
 from sepp_lite._time import Duration, as_timedelta
 from sepp_lite.tasks._codecs import BytesCodec, Codec, CodecFactory, codec_for
 from sepp_lite.tasks._periodic import schedule_of, scheduler_beside, task_function
-from sepp_lite.tasks._task import Middleware, Options, Retry, Task, check_task_function
+from sepp_lite.tasks._signature import job_type_of, shape_of
+from sepp_lite.tasks._task import Middleware, Options, Retry, Task
 from sepp_lite.types import JobCtx, Priority
 from sepp_lite.worker import DuplicateHandlerError, Worker
 
@@ -51,6 +52,15 @@ class _Decorator(typing.Protocol):
 
     @overload
     def __call__(self, fn: Callable[[I], Any], /) -> Task[I]: ...
+
+
+class _PeriodicDecorator(typing.Protocol):
+    # A periodic task's one parameter receives the JobCtx: mypy flags another.
+    @overload
+    def __call__(self, fn: Callable[[JobCtx], Any], /) -> Task[bytes]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[], Any], /) -> Task[bytes]: ...
 
 
 class Tasks:
@@ -139,9 +149,9 @@ class Tasks:
         input_type: Any = None,
         **overrides: Any,
     ) -> Task[Any]:
-        param, hinted, takes_ctx = _signature(fn, input_type is None)
+        param, hinted, takes_ctx = shape_of(fn, hinted=input_type is None)
         tp = hinted if input_type is None else input_type
-        name = fn.__name__ if job_type is None else job_type
+        name = job_type_of(fn, job_type)
         _validate.job_type(name)
         if name in self._tasks:
             raise DuplicateHandlerError(name)
@@ -174,7 +184,7 @@ class Tasks:
         lookahead: Duration = DEFAULT_LOOKAHEAD,
         misfire_grace: Optional[Duration] = None,
         **options: Any,
-    ) -> Callable[[Callable[..., Any]], Task[bytes]]:
+    ) -> _PeriodicDecorator:
         """Register an ``async def fn(ctx)`` (or ``fn()``) to run once per slot of a
         schedule: ``every=`` (``timedelta`` or seconds, whole seconds; slots counted from
         the Unix epoch in UTC) or ``cron=`` (5 fields, in ``tz``; the ``cron`` extra).
@@ -189,9 +199,10 @@ class Tasks:
 
         def register(fn: Callable[..., Any]) -> Task[bytes]:
             rest = {key: value for key, value in options.items() if key != "job_type"}
-            name = options.get("job_type") or fn.__name__
+            run = task_function(fn)
+            name = job_type_of(fn, options.get("job_type"))
             task: Task[bytes] = self._register(
-                task_function(fn), job_type=name, input_type=bytes, codec=BytesCodec(), **rest
+                run, job_type=name, input_type=bytes, codec=BytesCodec(), **rest
             )
             try:
                 self._periodic[name] = schedule_of(task, **schedule)
@@ -417,35 +428,6 @@ def _merged(defaults: dict[str, Any], overrides: dict[str, Any]) -> dict[str, An
         else defaults[name]
         for name in ("priority", "max_attempts", "timeout", "retry")
     }
-
-
-def _signature(fn: Callable[..., Any], hinted: bool) -> tuple[str, Any, bool]:
-    """The input's name and (when ``hinted``) annotation, and whether the function
-    takes ``ctx``."""
-    check_task_function(fn)
-    positional = [
-        p
-        for p in inspect.signature(fn).parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    if not 1 <= len(positional) <= 2:
-        raise TypeError(
-            f"{fn.__qualname__}: a task takes its input and optionally the JobCtx, "
-            f"got {len(positional)} positional parameter(s)"
-        )
-    param = positional[0].name
-    if not hinted:
-        return param, None, len(positional) == 2
-    try:
-        hints = typing.get_type_hints(fn, include_extras=True)
-    except NameError as exc:
-        raise TypeError(
-            f"{fn.__qualname__}: cannot resolve the annotation of {param!r} ({exc}); "
-            "pass input_type= explicitly"
-        ) from None
-    if param not in hints:
-        raise TypeError(f"{fn.__qualname__}: annotate the input {param!r} with its type")
-    return param, hints[param], len(positional) == 2
 
 
 def _warn_if_outlived(task: Task[Any], lease_s: float, options: dict[str, Any]) -> None:

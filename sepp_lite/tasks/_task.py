@@ -21,6 +21,7 @@ from sepp_lite import _log
 from sepp_lite._time import Duration, as_timedelta, seconds_text
 from sepp_lite.tasks._codecs import Codec
 from sepp_lite.tasks._convert import InputError, type_name
+from sepp_lite.tasks._signature import is_async
 from sepp_lite.types import EnqueueAck, EnqueueRequest, JobCtx, Payload, Primitive, Priority
 from sepp_lite.types import RetryDirective as Directive
 from sepp_lite.worker import HandlerError
@@ -38,16 +39,6 @@ I = TypeVar("I")  # noqa: E741 - the task's input type, as in the docs
 
 InThread = Callable[..., Awaitable[Any]]
 """How a plain ``def`` task's function is run: ``run_in_thread(fn, *args)``."""
-
-
-def check_task_function(fn: object) -> None:
-    """``TypeError`` unless ``fn`` can be a task's function: an ``async def`` (run on
-    the event loop) or a plain ``def`` (run in one of the worker's threads)."""
-    name = getattr(fn, "__qualname__", None) or repr(fn)
-    if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
-        raise TypeError(f"{name!r}: a task is an async def or a plain def, not a generator")
-    if inspect.isclass(fn) or not callable(fn):
-        raise TypeError(f"{name!r}: a task is an async def or a plain def function")
 
 
 Middleware = Callable[[Callable[[Any, JobCtx], Awaitable[Any]], Any, JobCtx], Awaitable[Any]]
@@ -139,14 +130,17 @@ class Task(Generic[I]):
         self.codec = codec
         self._param = param
         self._takes_ctx = takes_ctx
-        self.threaded = not inspect.iscoroutinefunction(fn)
+        self.threaded = not is_async(fn)
         if self.threaded and options.timeout is not None:
             raise TypeError(
                 f"task {options.job_type!r}: timeout= needs an async def; a plain def runs "
                 "in a worker thread, which cannot be stopped (drop timeout=, or make it an "
                 "async def that awaits asyncio.to_thread() for its blocking part)"
             )
-        functools.update_wrapper(self, fn)
+        # A function's attributes are copied as functools.wraps does; a callable
+        # object's are its state, which would land on the task over the task's own.
+        copied = ("__dict__",) if inspect.isroutine(fn) else ()
+        functools.update_wrapper(self, fn, updated=copied)
 
     # -- what it is --------------------------------------------------------------------
 
