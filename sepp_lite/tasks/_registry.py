@@ -311,7 +311,7 @@ class Tasks:
             if task.queue in chosen:
                 handler = task.handler(self._middleware, worker.run_in_thread)
                 if task.job_type in self._periodic:
-                    handler = scheduler.guard(handler)
+                    handler = scheduler.guard(handler, lease_duration=lease)
                 worker.handle(task.job_type, handler)
                 _warn_if_outlived(task, lease.total_seconds(), options)
         return worker
