@@ -55,8 +55,9 @@ class _Decorator(typing.Protocol):
 
 
 class Tasks:
-    """A registry of typed tasks: the defaults they share, the hooks that run around a
-    worker's life, the middleware around every call, and :meth:`worker`.
+    """A registry of typed tasks: the defaults they share, the hooks that run around the
+    life of its workers (once for all of them: :meth:`running`), the middleware around
+    every call, and :meth:`worker`.
 
     ``queue``, ``priority``, ``max_attempts``, ``timeout`` (seconds or ``timedelta``:
     the handler is cancelled and the job nacked for a retry, on the last attempt
