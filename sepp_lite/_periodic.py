@@ -12,6 +12,14 @@ enqueue. A scheduler enqueues slot ``S`` no earlier than ``S - lookahead`` and n
 than ``S + misfire_grace``, so every enqueue of ``S`` falls within ``lookahead +
 misfire_grace`` of the first; the scheduler refuses settings where that (plus
 :data:`CLOCK_SKEW_ALLOWANCE` for the replicas' clocks) does not fit in the window.
+
+Whose clock: the server's. A scheduler reads it (``GetServerInfo``'s ``server_time``)
+when it starts, every minute, at once when its own clock went back, and before it counts
+a slot missed (as a step forward would make it), and keeps its slots by its own clock
+corrected by the last reading, so replicas whose clocks are far apart still enqueue each slot at the
+same moment of the server's time. A worker judges a delivery's lateness by the server's
+time of that delivery, which the job carries: the server sets ``lease_expires_at`` to
+its time plus the lease it grants, at most the lease the worker asked for.
 """
 
 from __future__ import annotations
@@ -61,7 +69,10 @@ MAX_SLOTS_AHEAD = 16
 look-ahead (an ``every=1 s`` schedule keeps 16 s ahead, not ten minutes' worth)."""
 
 CLOCK_SKEW_ALLOWANCE = timedelta(minutes=1)
-"""How far apart the replicas' clocks may be: part of the dedup-window check."""
+"""How far apart the schedulers' ideas of the server's time may be (each reads it every
+minute; a clock drifts or steps in between): part of the dedup-window check. Also how
+far ahead of the server's a worker's clock may run where a guard has no lease to read
+the server's time from."""
 
 DEFAULT_LOOKAHEAD = timedelta(minutes=10)
 _DEFAULT_GRACE_CAP = timedelta(minutes=10)
@@ -69,6 +80,10 @@ DEFAULT_DEDUP_WINDOW = timedelta(hours=24)
 # The longest a scheduler sleeps between passes: a stepped wall clock or a slot that
 # a server refused is looked at again within this.
 _MAX_SLEEP_MS = 60_000
+# How often a scheduler reads the server's clock again (a worker's clock drifts, or is
+# stepped by NTP, against the server's).
+_CLOCK_READ_MS = 60_000
+_SKEW_MS = CLOCK_SKEW_ALLOWANCE // timedelta(milliseconds=1)
 _BACKOFF = RetryPolicy(initial_backoff=timedelta(seconds=1), max_backoff=timedelta(minutes=1))
 _KEY_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _MS = timedelta(milliseconds=1)
@@ -331,7 +346,9 @@ class PeriodicScheduler:
     raises ``ValueError`` at start when a look-ahead is beyond the server's schedule
     horizon or a key beyond its key length limit. Failed enqueues (an unreachable
     server) are logged and retried with backoff; :meth:`run` returns only when
-    cancelled. ``clock`` defaults to the wall clock.
+    cancelled. ``clock`` defaults to the wall clock; the scheduler keeps the server's
+    time by it, reading the server's clock at start and every minute (see the module's
+    docstring), so the replicas' clocks need not agree.
     """
 
     def __init__(
@@ -351,6 +368,9 @@ class PeriodicScheduler:
         self._batch = 256
         self._checked = False
         self._sleeping_until: Optional[int] = None
+        # The server's clock less ours, as last read (at _read_at, by ours).
+        self._offset_ms = 0
+        self._read_at: Optional[int] = None
         for job in self._jobs:
             self._check_window(job)
 
@@ -371,15 +391,16 @@ class PeriodicScheduler:
 
     @property
     def sleeping_until(self) -> Optional[datetime]:
-        """When the scheduler next looks at its schedules, while it sleeps; ``None``
-        while it is not running or busy (enqueuing, backing off)."""
+        """When the scheduler next looks at its schedules (by the server's clock, as it
+        keeps it), while it sleeps; ``None`` while it is not running or busy (enqueuing,
+        backing off)."""
         ms = self._sleeping_until
         return None if ms is None else ms_to_datetime(ms)
 
     async def check(self) -> None:
-        """Read the server's limits (waiting while it is unreachable) and raise
-        ``ValueError`` for a schedule it cannot keep; :meth:`run` does it first."""
-        info = await self._retrying("cannot read the server's limits", self._client.get_server_info)
+        """Read the server's limits and clock (waiting while it is unreachable) and
+        raise ``ValueError`` for a schedule it cannot keep; :meth:`run` does it first."""
+        info = await self._retrying("cannot read the server's limits", self._read_server)
         for job in self._jobs:
             check_server_limits(job, info)
         self._batch = max(1, info.max_enqueue_batch)
@@ -394,8 +415,28 @@ class PeriodicScheduler:
             "; ".join(f"{job.job_type} ({job.describe()})" for job in self._jobs) or "nothing",
         )
         while True:
+            if self._reading_is_old():
+                await self._retrying("cannot read the server's clock", self._read_server)
             wake = await self._retrying("enqueue failed", self._pass)
             await self._sleep_until(wake)
+
+    async def _read_server(self) -> ServerInfo:
+        """The server's info, whose clock this scheduler keeps from now on."""
+        before = self._clock.now_ms()
+        info = await self._client.get_server_info()
+        after = self._clock.now_ms()
+        # The server read its clock somewhere within the call: take the middle.
+        self._offset_ms = datetime_to_ms(info.server_time) - (before + after) // 2
+        self._read_at = after
+        return info
+
+    def _reading_is_old(self) -> bool:
+        since = None if self._read_at is None else self._clock.now_ms() - self._read_at
+        return since is None or not 0 <= since < _CLOCK_READ_MS  # or our clock stepped back
+
+    def _now(self) -> int:
+        """The server's time, as this scheduler keeps it."""
+        return self._clock.now_ms() + self._offset_ms
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
         """``call()``'s result, calling it again after a logged, growing pause while it
@@ -416,7 +457,7 @@ class PeriodicScheduler:
             await asyncio.sleep(delay)
 
     async def _sleep_until(self, deadline_ms: int) -> None:
-        if deadline_ms <= self._clock.now_ms():
+        if deadline_ms <= self._now():
             return
         loop = asyncio.get_running_loop()
         woken = loop.create_future()
@@ -424,7 +465,7 @@ class PeriodicScheduler:
         def wake() -> None:  # may run on another thread (a test server's clock)
             loop.call_soon_threadsafe(_resolve, woken)
 
-        handle = self._clock.call_at(deadline_ms, wake)
+        handle = self._clock.call_at(deadline_ms - self._offset_ms, wake)
         self._sleeping_until = deadline_ms
         try:
             await woken
@@ -434,8 +475,7 @@ class PeriodicScheduler:
 
     async def _pass(self) -> int:
         """Enqueue what is due now; return when to look again."""
-        now = self._clock.now_ms()
-        plans = [(job, self._plan(job, now)) for job in self._jobs]
+        now, plans = await self._plans()
         requests = [(job, slot) for job, plan in plans for slot in plan.send]
         for start in range(0, len(requests), self._batch):
             chunk = requests[start : start + self._batch]
@@ -445,6 +485,18 @@ class PeriodicScheduler:
         for job, plan in plans:
             self._settle(job, plan, now)
         return min([now + _MAX_SLEEP_MS] + [plan.wake_ms for _, plan in plans])
+
+    async def _plans(self) -> tuple[int, list[tuple[PeriodicJob, _Plan]]]:
+        """The time now and each schedule's plan. Slots missed while this scheduler
+        ran mean a frozen process, or a clock stepped forward since the last reading:
+        the server's clock, read again, tells which."""
+        now = self._now()
+        plans = [(job, self._plan(job, now)) for job in self._jobs]
+        if any(plan.missed and self._tracks[id(job)].settled is not None for job, plan in plans):
+            await self._read_server()
+            now = self._now()
+            plans = [(job, self._plan(job, now)) for job in self._jobs]
+        return now, plans
 
     def _plan(self, job: PeriodicJob, now: int) -> _Plan:
         track = self._tracks[id(job)]
@@ -510,16 +562,31 @@ class PeriodicScheduler:
 
     # -- the worker's side ---------------------------------------------------------------
 
-    def misfired(self, ctx: JobCtx) -> bool:
+    def misfired(self, ctx: JobCtx, *, lease_duration: Optional[Duration] = None) -> bool:
         """Whether ``ctx`` is a first delivery of one of these schedules' jobs that
-        comes more than its slot's misfire grace late (then it logs one line). The
-        worker acks such a job without running its handler."""
+        came more than its slot's misfire grace late (then it logs one line). The
+        worker acks such a job without running its handler.
+
+        Late by the server's clock: with ``lease_duration``, the lease the worker
+        reserves with, the delivery's time is ``ctx.lease_expires_at`` less that lease
+        (the server grants at most it, so this is never after the delivery), and the
+        worker's clock plays no part. Without it, the worker's clock stands in,
+        corrected by this scheduler's last reading of the server's (if it runs) and
+        less :data:`CLOCK_SKEW_ALLOWANCE`, so that a clock up to that far ahead cannot
+        make an on-time slot late. ``ValueError`` for a lease that is not positive."""
+        return self._misfired(ctx, _lease_ms(lease_duration))
+
+    def _misfired(self, ctx: JobCtx, lease_ms: Optional[int]) -> bool:
         job = self._by_type.get((ctx.queue, ctx.job_type))
         slot = periodic_slot(ctx)
         if job is None or slot is None or ctx.attempt != 1:
             return False
         slot_ms = datetime_to_ms(slot)
-        late = self._clock.now_ms() - slot_ms
+        if lease_ms is None:
+            delivered = self._now() - _SKEW_MS
+        else:
+            delivered = datetime_to_ms(ctx.lease_expires_at) - lease_ms
+        late = delivered - slot_ms
         if late < job.grace_ms(slot_ms):
             return False
         logger.warning(
@@ -531,13 +598,19 @@ class PeriodicScheduler:
         return True
 
     def guard(
-        self, handler: Callable[[Optional[Payload], JobCtx], Awaitable[None]]
+        self,
+        handler: Callable[[Optional[Payload], JobCtx], Awaitable[None]],
+        *,
+        lease_duration: Optional[Duration] = None,
     ) -> Callable[[Optional[Payload], JobCtx], Awaitable[None]]:
         """``handler`` for a :class:`~sepp_lite.worker.Worker`, except that a job
-        :meth:`misfired` says is too late returns at once (so it is acked unrun)."""
+        :meth:`misfired` says is too late returns at once (so it is acked unrun).
+        Give ``lease_duration``, the worker's, to judge by the server's clock alone
+        (``Tasks`` workers do); ``ValueError`` for one that is not positive."""
+        lease_ms = _lease_ms(lease_duration)
 
         async def guarded(payload: Optional[Payload], ctx: JobCtx) -> None:
-            if self.misfired(ctx):
+            if self._misfired(ctx, lease_ms):
                 return
             await handler(payload, ctx)
 
@@ -563,3 +636,9 @@ def check_server_limits(job: PeriodicJob, info: ServerInfo) -> None:
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
+
+
+def _lease_ms(lease_duration: Optional[Duration]) -> Optional[int]:
+    if lease_duration is None:
+        return None
+    return as_timedelta(lease_duration, "lease_duration", positive=True) // _MS

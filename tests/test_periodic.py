@@ -120,7 +120,12 @@ def test_each_slot_is_a_request_with_its_key_schedule_and_options() -> None:
     assert request.custom == {"team": "ops", "periodic_slot": "2026-06-01T12:00:00Z"}
 
 
-def ctx_with(custom: dict[str, Any], job_type: str = "t", attempt: int = 1) -> JobCtx:
+def ctx_with(
+    custom: dict[str, Any],
+    job_type: str = "t",
+    attempt: int = 1,
+    lease_expires_at: Union[datetime, None] = None,
+) -> JobCtx:
     now = datetime.now(UTC)
     return JobCtx(
         id="0",
@@ -132,7 +137,7 @@ def ctx_with(custom: dict[str, Any], job_type: str = "t", attempt: int = 1) -> J
         enqueued_at=now,
         custom=custom,
         trace_context=None,
-        lease_expires_at=now,
+        lease_expires_at=lease_expires_at or now,
     )
 
 
@@ -414,17 +419,39 @@ async def test_a_failed_enqueue_is_logged_and_retried(caplog: pytest.LogCaptureF
             assert line.levelno == logging.WARNING and "connection refused" in line.getMessage()
 
 
-def test_misfired_says_whether_a_delivery_is_too_late() -> None:
-    clock = ManualClock(ms(utc("2026-06-01T12:00:20")))
+def test_misfired_judges_lateness_by_the_servers_time_of_the_delivery() -> None:
+    # The worker's clock is ten minutes ahead of the server's: given the lease the
+    # worker reserves with, the server's time of the delivery is read off the job.
+    clock = ManualClock(ms(utc("2026-06-01T12:10:00")))
     job = PeriodicJob("t", "q", every=60, misfire_grace=30)
     scheduler = PeriodicScheduler(NoServer(), [job], clock=clock)
     slot = {"periodic_slot": "2026-06-01T12:00:00Z"}
-    assert not scheduler.misfired(ctx_with(slot))
-    clock.advance(10)
-    assert scheduler.misfired(ctx_with(slot))  # 30 s late
-    assert not scheduler.misfired(ctx_with(slot, attempt=2))  # a retry runs whenever
-    assert not scheduler.misfired(ctx_with({}))  # not from a schedule
-    assert not scheduler.misfired(ctx_with(slot, job_type="other"))
+    lease = timedelta(seconds=30)
+
+    def delivered(late_ms: int, **fields: Any) -> JobCtx:
+        at = utc("2026-06-01T12:00:00") + timedelta(milliseconds=late_ms)
+        return ctx_with(slot, lease_expires_at=at + lease, **fields)
+
+    assert not scheduler.misfired(delivered(29_999), lease_duration=lease)
+    assert scheduler.misfired(delivered(30_000), lease_duration=30)  # 30 s late
+    assert not scheduler.misfired(delivered(30_000, attempt=2), lease_duration=lease)  # a retry
+    assert not scheduler.misfired(ctx_with({}), lease_duration=lease)  # not from a schedule
+    assert not scheduler.misfired(delivered(30_000, job_type="other"), lease_duration=lease)
+
+    async def handler(payload: Any, ctx: JobCtx) -> None: ...
+
+    with pytest.raises(ValueError, match="lease_duration"):
+        scheduler.guard(handler, lease_duration=0)
+
+
+def test_misfired_without_the_lease_allows_the_worker_a_minute_ahead() -> None:
+    clock = ManualClock(ms(utc("2026-06-01T12:01:29.999")))
+    job = PeriodicJob("t", "q", every=60, misfire_grace=30)
+    scheduler = PeriodicScheduler(NoServer(), [job], clock=clock)
+    ctx = ctx_with({"periodic_slot": "2026-06-01T12:00:00Z"})
+    assert not scheduler.misfired(ctx)  # by this clock 89.999 s late: 29.999 s, less a minute
+    clock.advance(0.001)
+    assert scheduler.misfired(ctx)
 
 
 async def test_cancelling_leaves_no_timer_and_no_call_behind() -> None:

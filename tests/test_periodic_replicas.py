@@ -97,7 +97,8 @@ class Replica:
         self._worker = Worker(self._client, [self.queue], lease_duration=600, wait_timeout=WAIT)
         self.scheduler = PeriodicScheduler(self._client, self.jobs, clock=self.clock)
         for job in self.jobs:
-            self._worker.handle(job.job_type, self.scheduler.guard(self.runs.handler))
+            guarded = self.scheduler.guard(self.runs.handler, lease_duration=600)
+            self._worker.handle(job.job_type, guarded)
         self._tasks = [
             asyncio.ensure_future(self._worker.run()),
             asyncio.ensure_future(self.scheduler.run()),

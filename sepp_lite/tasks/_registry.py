@@ -21,6 +21,7 @@ from sepp_lite._periodic import (
 )
 from sepp_lite._time import Duration, as_timedelta
 from sepp_lite.tasks._codecs import BytesCodec, Codec, CodecFactory, codec_for
+from sepp_lite.tasks._lifecycle import Lifecycle
 from sepp_lite.tasks._periodic import schedule_of, scheduler_beside, task_function
 from sepp_lite.tasks._signature import job_type_of, shape_of
 from sepp_lite.tasks._task import Middleware, Options, Retry, Task
@@ -64,8 +65,9 @@ class _PeriodicDecorator(typing.Protocol):
 
 
 class Tasks:
-    """A registry of typed tasks: the defaults they share, the hooks that run around a
-    worker's life, the middleware around every call, and :meth:`worker`.
+    """A registry of typed tasks: the defaults they share, the hooks that run around the
+    life of its workers (once for all of them: :meth:`running`), the middleware around
+    every call, and :meth:`worker`.
 
     ``queue``, ``priority``, ``max_attempts``, ``timeout`` (seconds or ``timedelta``:
     the handler is cancelled and the job nacked for a retry, on the last attempt
@@ -93,8 +95,7 @@ class Tasks:
         self._shutdown: list[Hook] = []
         self._lifespans: list[Lifespan] = []
         self._periodic: dict[str, PeriodicJob] = {}
-        self._running = 0
-        self._stack: Optional[contextlib.AsyncExitStack] = None
+        self._lifecycle = Lifecycle(self._start)
         self.state = State()
 
     # -- registering -------------------------------------------------------------------
@@ -228,21 +229,25 @@ class Tasks:
         return mw
 
     def on_startup(self, hook: Hook) -> Hook:
-        """Run ``await hook(state)`` before a worker of these tasks reserves its first
-        job (open pools, warm caches: keep them on ``state``). A decorator."""
+        """Run ``await hook(state)`` before the workers of these tasks reserve their
+        first job (open pools, warm caches: keep them on ``state``): once for any number
+        of workers, by the first to start (see :meth:`running`). A decorator."""
         self._startup.append(hook)
         return hook
 
     def on_shutdown(self, hook: Hook) -> Hook:
-        """Run ``await hook(state)`` after the worker has drained (in reverse order of
-        registration, also when it failed). A decorator."""
+        """Run ``await hook(state)`` after the last running worker of these tasks has
+        drained (in reverse order of registration, also when it or the start failed).
+        A decorator."""
         self._shutdown.append(hook)
         return hook
 
     def lifespan(self, factory: Lifespan) -> Lifespan:
-        """One async context manager around a worker's life, as Starlette's lifespan:
-        ``factory(state)`` is entered before the first job and left after the drain.
-        A decorator (for an ``@contextlib.asynccontextmanager`` function)."""
+        """One async context manager around the workers' life, as Starlette's
+        lifespan: ``factory(state)`` is entered before the first job of the first
+        worker to start and left after the drain of the last to stop (see
+        :meth:`running`). A decorator (for an ``@contextlib.asynccontextmanager``
+        function)."""
         self._lifespans.append(factory)
         return factory
 
@@ -288,7 +293,8 @@ class Tasks:
     ) -> TaskWorker:
         """A :class:`~sepp_lite.Worker` (the subclass :class:`TaskWorker`) on ``client``
         for every task of ``queues`` (default: all of the tasks' queues). Its ``run()``
-        runs the start-up hooks and the lifespan first and the shutdown hooks last.
+        runs inside :meth:`running`: the start-up hooks and the lifespan first, the
+        shutdown hooks last, once for all the workers of these tasks.
         ``options`` are the Worker's (``max_in_flight``, ``auto_extend``, ...);
         ``lease_duration`` defaults to 30 s. ``ValueError`` for a queue no task uses.
 
@@ -317,33 +323,26 @@ class Tasks:
             if task.queue in chosen:
                 handler = task.handler(self._middleware, worker.run_in_thread)
                 if task.job_type in self._periodic:
-                    handler = scheduler.guard(handler)
+                    handler = scheduler.guard(handler, lease_duration=lease)
                 worker.handle(task.job_type, handler)
                 _warn_if_outlived(task, lease.total_seconds(), options)
         return worker
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[State]:
-        """The hooks around a worker's life: start-up hooks and lifespans on entry,
-        shutdown hooks on exit. Nested or concurrent uses (two workers) run them once,
-        around the outermost. Yields :attr:`state`."""
-        if self._running == 0:
-            stack = contextlib.AsyncExitStack()
-            await stack.__aenter__()
-            try:
-                await self._start(stack)
-            except BaseException:
-                await stack.aclose()
-                raise
-            self._stack = stack
-        self._running += 1
-        try:
+        """The hooks around the life of the workers of these tasks, as each
+        :class:`TaskWorker`'s ``run()`` uses them; yields :attr:`state`.
+
+        However many workers use them, started together or one after another, the
+        start-up hooks and lifespans run once, for the first to start, and the shutdown
+        hooks once, for the last to stop. A worker that starts while they are starting
+        waits for that, and raises what a failing start-up hook raised (a cancelled
+        start it makes itself); a worker that starts after all have stopped runs them
+        afresh. All the workers of one registry must run on one event loop while any of
+        them runs: on another, this raises ``RuntimeError`` (what the hooks open belongs
+        to their loop)."""
+        async with self._lifecycle.held():
             yield self.state
-        finally:
-            self._running -= 1
-            if self._running == 0 and self._stack is not None:
-                stack, self._stack = self._stack, None
-                await stack.aclose()
 
     async def _start(self, stack: contextlib.AsyncExitStack) -> None:
         state = self.state
