@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from sepp_lite._grpc import Reader
 from sepp_lite._http2 import _frames as f
+from sepp_lite._http2._config import DEFAULT_CONFIG
+from sepp_lite._http2._connection import _READ_BUFFER
 from sepp_lite._http2._flow import DATA_CHUNK, window_increment
 from sepp_lite._http2._reader import (
     FrameReader,
@@ -28,7 +30,7 @@ from sepp_lite._http2._settings import PeerSettings
 from sepp_lite._http2._slots import StreamSlots
 from sepp_lite._http2._stream import Stream
 from sepp_lite._http2._timers import Deadlines, Timer
-from sepp_lite._http2._writer import Writer
+from sepp_lite._http2._writer import ACK_BATCH, Writer
 
 # -- the window-update rule ----------------------------------------------------------------
 
@@ -411,18 +413,21 @@ def test_expired_calls_are_told_at_their_deadline_not_before() -> None:
 
 
 class FakeTransport(asyncio.Transport):
-    """Records writes; ``unsent`` is what the socket has not taken yet."""
+    """Records writes; ``unsent`` is what the socket has not taken yet (``takes_all``:
+    the socket of a peer that reads, which takes every write at once)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.writes: list[bytes] = []
         self.unsent = 0
+        self.takes_all = False
         self.writer: Optional[Writer] = None
         self.pause_after: Optional[int] = None  # bytes after which it is backed up
 
     def write(self, data: bytes | bytearray | memoryview) -> None:  # type: ignore[override]
         self.writes.append(bytes(data))
-        self.unsent += len(data)
+        if not self.takes_all:
+            self.unsent += len(data)
         if self.pause_after is not None and self.unsent > self.pause_after and self.writer:
             self.writer.paused = True
 
@@ -453,6 +458,37 @@ async def test_only_acks_the_socket_has_not_taken_count_towards_a_flood() -> Non
     transport.unsent = 0  # the peer read everything: its next PING is answered
     writer.answer(f.ping(b"12345678", ack=True))
     assert writer.out == [f.ping(b"12345678", ack=True)]
+
+
+async def test_the_acks_one_read_asks_for_reach_the_socket_as_they_are_made() -> None:
+    # 20,000 PINGs in one read (no flush between the ACKs) from a peer that reads:
+    # every one is answered, in writes of ACK_BATCH, and none waits for the read's end.
+    writer, transport = _writer(max_acks=1000)
+    transport.takes_all = True
+    ack = f.ping(b"12345678", ack=True)
+    for _ in range(20_000):
+        writer.answer(ack)
+        assert len(writer.out) <= ACK_BATCH
+    writer.flush()
+    assert b"".join(transport.writes) == ack * 20_000
+    assert {len(w) for w in transport.writes[:-1]} == {ACK_BATCH * len(ack)}
+
+
+async def test_the_acks_a_peer_never_reads_stay_within_the_bound() -> None:
+    writer, transport = _writer(max_acks=1000)
+    ack = f.ping(b"12345678", ack=True)
+    with pytest.raises(ProtocolViolation):
+        for _ in range(20_000):
+            writer.answer(ack)
+    held = transport.unsent + sum(map(len, writer.out))
+    assert 1000 * len(ack) - ACK_BATCH * len(ack) <= held <= 1000 * len(ack)
+
+
+def test_one_read_cannot_ask_for_as_many_acks_as_make_a_flood() -> None:
+    # The smallest frame that asks for an ACK is an empty SETTINGS, 9 bytes; a read
+    # also carries the start of a frame an earlier read cut off.
+    most_in_one_read = (_READ_BUFFER + f.FRAME_HEADER - 1) // f.FRAME_HEADER
+    assert DEFAULT_CONFIG.max_outstanding_acks > most_in_one_read
 
 
 def _stream(stream_id: int, send_window: int) -> Stream:

@@ -32,12 +32,16 @@ class Http2Config(NamedTuple):
     # A call the server never processed (GOAWAY, REFUSED_STREAM) is sent again, on a
     # new connection when needed, this many times at most, as grpc's transparent retry.
     transparent_retries: int = 3
-    # ACKs (of the peer's PINGs and SETTINGS) we owe that the socket has not taken yet:
-    # past this many, the peer sends control frames faster than it reads our answers,
-    # a flood (nghttp2's max_outbound_ack, 1000 too). Counted in frames the peer has not
-    # read, not in the size of our send buffer: a large upload to a slow reader fills
-    # that buffer legitimately, and one PING then is no flood.
-    max_outstanding_acks: int = 1000
+    # ACKs (of the peer's PINGs and SETTINGS) written that the socket has not taken
+    # yet: from this many on, the peer sends control frames faster than it reads our
+    # answers, a flood (what grpc core allows pending, and what Envoy sets nghttp2's
+    # max_outbound_ack to). Above the 7,282 ACKs one read can ask for at most (64 KiB
+    # of empty SETTINGS), so one read is never a flood on its own: only ACKs that
+    # earlier reads left and the socket still has not taken make one. Counted in
+    # frames, not in the size of our send buffer: a large upload to a slow reader
+    # fills that buffer legitimately, and one PING then is no flood. What a peer that
+    # never reads makes us hold is bounded by it: about 170 KB of PING ACKs.
+    max_outstanding_acks: int = 10_000
     # Request DATA goes to the transport only while its buffer is under this many bytes
     # (asyncio's pause_writing / resume_writing); the rest of a large request waits in
     # the stream, so control frames and other calls' chunks are never queued behind it.

@@ -17,22 +17,30 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import itertools
 from typing import Optional
 
 from sepp_lite._http2 import _frames as f
 from sepp_lite._http2._flow import SendQueue
 from sepp_lite._http2._reader import ProtocolViolation
 
+# While a read is parsed, queued ACKs go to the socket once this many have gathered
+# (fewer when the flood bound is small): a burst of PINGs or SETTINGS is answered as
+# it is read, in writes of about 1 KiB, so the socket takes them while the rest of
+# the read is parsed and ``out`` stays short. One or two, the usual case, still leave
+# with the read's other frames in one write.
+ACK_BATCH = 64
+
 
 class Writer:
     """Frames queued for one connection's transport."""
 
     __slots__ = (
+        "_ack_batch",
         "_acks_owed",
         "_acks_queued",
         "_loop",
         "_max_acks",
+        "_owed",
         "_written",
         "data",
         "out",
@@ -49,31 +57,20 @@ class Writer:
         self.scheduled = False  # a flush is due in this loop iteration (flush_soon)
         self.paused = False  # the transport's buffer is over write_buffer_high
         self._written = 0  # bytes handed to the transport, ever
-        # ACKs queued in ``out``, and the end offsets (in _written) of the ACKs
-        # written that the socket may not have taken yet: see ``answer``.
+        # ACKs queued in ``out``; and those written that the socket may not have taken
+        # yet, as (end offset in _written of their write, how many), with their sum:
+        # see ``answer``.
         self._acks_queued = 0
-        self._acks_owed: collections.deque[int] = collections.deque()
+        self._owed: collections.deque[tuple[int, int]] = collections.deque()
+        self._acks_owed = 0
         self._max_acks = max_outstanding_acks
+        self._ack_batch = max(1, min(ACK_BATCH, max_outstanding_acks // 4))
 
     def flush(self) -> None:
         """Write the queued frames (control frames, header blocks, one-chunk requests)
         whether or not the transport is backed up, then request DATA while it is not."""
         self.scheduled = False
-        out = self.out
-        transport = self.transport
-        if transport is None or transport.is_closing():
-            out.clear()
-            return
-        if out:
-            data = b"".join(out) if len(out) > 1 else out[0]
-            out.clear()
-            self._written += len(data)
-            transport.write(data)
-            if self._acks_queued:
-                # Owed until the socket has taken every byte up to here.
-                self._acks_owed.extend(itertools.repeat(self._written, self._acks_queued))
-                self._acks_queued = 0
-        if self.data.ready and not self.paused:
+        if self._write_out() and self.data.ready and not self.paused:
             self.data.pump(self._write)
 
     def flush_soon(self) -> None:
@@ -86,21 +83,20 @@ class Writer:
     def answer(self, ack: bytes) -> None:
         """Queue an ACK the peer asked for: written with the next flush, ahead of any
         request DATA still waiting in its stream, so a slow reader that pings during a
-        large upload is answered, never refused.
+        large upload is answered, never refused. In a burst they go every
+        ``ACK_BATCH`` ACKs, while the read that brought them is still being parsed.
 
         Why a count: each ACK answers a frame the peer sent, so a peer that sends PINGs
-        or SETTINGS and does not read makes us buffer ACKs without end. As nghttp2
-        bounds it, what counts is ACKs the socket has not taken yet (the peer has not
-        read what is ahead of them): past ``max_outstanding_acks`` it is a flood. The
-        size of our send buffer says nothing about the peer: a large upload to a slow
-        reader fills it, and the peer's PING then is no flood."""
-        owed = self._acks_owed
-        if owed:
-            transport = self.transport
-            taken = self._written - (transport.get_write_buffer_size() if transport else 0)
-            while owed and owed[0] <= taken:
-                owed.popleft()
-        if len(owed) + self._acks_queued >= self._max_acks:
+        or SETTINGS and does not read makes us buffer ACKs without end. As nghttp2 and
+        grpc bound it, what counts is ACKs the socket has not taken yet (the peer has
+        not read what is ahead of them): from ``max_outstanding_acks`` on it is a
+        flood. ACKs written and taken, as a reading peer's are, never count, however
+        many one read asks for. The size of our send buffer says nothing about the
+        peer: a large upload to a slow reader fills it, and the peer's PING then is no
+        flood."""
+        if self._acks_queued >= self._ack_batch:
+            self._write_out()
+        if self._owed and self._unread() + self._acks_queued >= self._max_acks:
             raise ProtocolViolation(
                 f.ENHANCE_YOUR_CALM, "the server floods control frames without reading"
             )
@@ -113,6 +109,37 @@ class Writer:
         self.data.clear()
         self.out.append(goaway)
         self.flush()
+
+    def _write_out(self) -> bool:
+        """Hand ``out`` to the transport; False when there is no transport to take it."""
+        out = self.out
+        transport = self.transport
+        if transport is None or transport.is_closing():
+            out.clear()
+            self._acks_queued = 0
+            return False
+        if out:
+            data = b"".join(out) if len(out) > 1 else out[0]
+            out.clear()
+            self._written += len(data)
+            transport.write(data)
+            acks = self._acks_queued
+            if acks:
+                # Owed until the socket has taken every byte up to here.
+                self._owed.append((self._written, acks))
+                self._acks_owed += acks
+                self._acks_queued = 0
+        return True
+
+    def _unread(self) -> int:
+        """The ACKs written that the socket has not taken: those whose write it has
+        taken in full are no longer owed."""
+        owed = self._owed
+        transport = self.transport
+        taken = self._written - (transport.get_write_buffer_size() if transport else 0)
+        while owed and owed[0][0] <= taken:
+            self._acks_owed -= owed.popleft()[1]
+        return self._acks_owed
 
     def _write(self, frames: list[bytes]) -> bool:
         transport = self.transport
