@@ -9,16 +9,26 @@ fewer than ``max_in_flight`` batches are in flight. No timer holds a call back.
 
 Each caller keeps what it would have had alone:
 
-- its result: the answer is split by position; a whole-call failure is every member's;
+- its result: the answer is split by position; a whole-call failure is every member's,
+  except a refusal for the call's size. The server refuses a call with more jobs than its
+  ``max_enqueue_batch`` (INVALID_ARGUMENT) or more bytes than its message limit
+  (OUT_OF_RANGE) before it applies any of it, and a fresh client knows neither (the
+  second is never advertised; either may change when the server restarts). So the
+  members of such a call go back to their lane, in their place, and the coalescer sends
+  at most half as many jobs, or bytes, a call from then on (``get_server_info()`` sets
+  the job count to the server's own). A job refused alone gets what it would have had
+  alone: a single job is never split;
 - its retry decision: jobs with and without idempotency keys wait in separate lanes and
   never share a batch, so a batch is retried exactly when each of its jobs alone would
   be (``_retry.is_retryable``'s ``all_keyed``). The retry policy and ``rpc_timeout`` are
   the client's, the same for every call, so no other option can differ;
-- its deadline, counted from its own call: a batch's RPC may run until its last
-  member's deadline; a member whose deadline comes first fails then, with the error it
-  would have had alone (the last failure, when the next retry would end past its
-  deadline; else DEADLINE_EXCEEDED). One whose deadline passes before its batch is sent
-  is never sent;
+- its deadline, counted from its own call, whatever waits or runs ahead of it: a batch's
+  RPC may run until its last member's deadline; a member whose deadline comes first
+  fails then, with the error it would have had alone (the last failure, when the next
+  retry would end past its deadline; else DEADLINE_EXCEEDED, which says the job may
+  have been enqueued). One whose deadline passes while it waits to be sent (behind a
+  batch, a call sent alone, a retry's backoff) fails then, unsent, with the words of a
+  call whose deadline passed before it was sent;
 - its cancellation: a call cancelled while it waits is never sent. One cancelled while
   its batch is in flight raises ``CancelledError`` at once and its job may still be
   enqueued, as when a call is cancelled after it went out alone; the RPC itself is
@@ -27,14 +37,16 @@ Each caller keeps what it would have had alone:
   job carries that span); the RPC's ``traceparent`` metadata, and the retry warnings,
   are the first member's.
 
-Order: jobs of one lane leave in call order (within a batch, and batch after batch),
-but with more than one batch in flight, or one lane's batch beside the other's, the
-server may apply a later call's job first. A call that has returned was applied before
-any call started after it, as without coalescing.
+Order: jobs of one lane leave in call order (within a batch, and batch after batch;
+a lane is kept in deadline order, which is call order as every call has the client's
+``rpc_timeout``), but with more than one batch in flight, or one lane's batch beside
+the other's, the server may apply a later call's job first. A call that has returned
+was applied before any call started after it, as without coalescing.
 
-Backpressure: at most ``max_waiting`` calls wait here with their encoded job. Callers
-beyond that wait for room, in arrival order, before their job is encoded; that wait
-counts against their deadline (an expired one is never sent).
+Backpressure: at most ``max_waiting`` calls wait here with their encoded job (and,
+for a moment, the members of a call refused for its size, which had room before).
+Callers beyond that wait for room, in arrival order, before their job is encoded; that
+wait counts against their deadline (an expired one is never sent).
 """
 
 from __future__ import annotations
@@ -42,7 +54,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import heapq
 import logging
+import math
 from collections import deque
 from typing import Callable, Optional, Union
 
@@ -59,13 +73,18 @@ logger = _log.logger()
 
 # The spec's default max_enqueue_batch, used until the client has the server's own.
 DEFAULT_BATCH_JOBS = 256
-# The server's 16 MiB message limit, less room for the gRPC and HTTP/2 framing.
+# The server's 16 MiB message limit, less room for the gRPC and HTTP/2 framing, used
+# until a server refuses less.
 MAX_BATCH_BYTES = 16 * 1024 * 1024 - 1024
 # Defaults of connect()'s max_enqueue_batches_in_flight and max_enqueues_waiting.
 DEFAULT_MAX_IN_FLIGHT = 2
 DEFAULT_MAX_WAITING = 1024
 
 Result = Union[EnqueueAck, "errors.JobRejection"]
+
+# The refusals of a whole call for its size (job count, bytes), which the server makes
+# before it applies any job: its members can be sent again in smaller calls.
+_REFUSED_FOR_SIZE = (errors.InvalidRequestError, errors.RequestTooLargeError)
 
 
 def check_options(max_in_flight: object, max_waiting: object) -> None:
@@ -81,15 +100,12 @@ def check_options(max_in_flight: object, max_waiting: object) -> None:
 class _Entry:
     """One waiting call: its encoded job, its deadline, the future it waits on."""
 
-    __slots__ = ("batch", "context", "deadline_at", "future", "part", "seq", "taken")
+    __slots__ = ("batch", "context", "deadline_at", "future", "part", "taken")
 
-    def __init__(
-        self, part: bytes, deadline_at: float, future: asyncio.Future[Result], seq: int
-    ) -> None:
+    def __init__(self, part: bytes, deadline_at: float, future: asyncio.Future[Result]) -> None:
         self.part = part
-        self.deadline_at = deadline_at
+        self.deadline_at = deadline_at  # also its call order, across both lanes
         self.future = future
-        self.seq = seq  # arrival order across both lanes
         self.taken = False  # out of its lane: in a batch, or failed before one
         self.batch: Optional[_Batch] = None
         # The caller's context (its span), for the RPC's trace metadata and retry logs.
@@ -107,11 +123,46 @@ class _Lane:
         self.count = 0  # live entries
         self.bytes = 0
 
+    def add(self, entry: _Entry) -> None:
+        """Append ``entry``, or insert it in deadline order: a caller that waited for
+        room may come in after a later caller that found room at once."""
+        entries = self.entries
+        if entries and entry.deadline_at < entries[-1].deadline_at:
+            index = len(entries) - 1
+            while index and entries[index - 1].deadline_at > entry.deadline_at:
+                index -= 1
+            entries.insert(index, entry)
+        else:
+            entries.append(entry)
+        self.count += 1
+        self.bytes += len(entry.part)
+
+    def put_back(self, entries: list[_Entry]) -> None:
+        """Entries taken out (in deadline order) to wait here again, in their place."""
+        for entry in entries:
+            entry.taken = False
+            entry.batch = None
+            self.bytes += len(entry.part)
+        self.count += len(entries)
+        self.entries = deque(heapq.merge(entries, self.entries, key=_deadline))
+
     def head(self) -> Optional[_Entry]:
         entries = self.entries
         while entries and entries[0].future.done():
             entries.popleft()
         return entries[0] if entries else None
+
+    def take_head(self) -> _Entry:
+        """The head (a live one: see :meth:`head`), out of the lane."""
+        entry = self.entries.popleft()
+        entry.taken = True
+        self.count -= 1
+        self.bytes -= len(entry.part)
+        return entry
+
+
+def _deadline(entry: _Entry) -> float:
+    return entry.deadline_at
 
 
 class _Batch:
@@ -148,12 +199,16 @@ class Coalescer:
         self._max_in_flight = max_in_flight
         self._max_waiting = max_waiting
         self.batch_jobs = DEFAULT_BATCH_JOBS  # the server's max_enqueue_batch, once known
+        self.batch_bytes = MAX_BATCH_BYTES  # lowered when a server refuses a call's size
         self.in_flight = 0  # enqueue RPCs: batches, and calls sent alone
         self.waiting = 0  # calls here, or with room reserved, not yet sent
         self._lanes = (_Lane(False), _Lane(True))
         self._room: deque[asyncio.Future[None]] = deque()
         self._tasks: set[asyncio.Task[None]] = set()
-        self._seq = 0
+        # One timer for the waiting calls' deadlines, at the earliest lane head's (or
+        # earlier: it fires for nothing when the head has gone, and is armed again).
+        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer_at = math.inf
 
     @property
     def idle(self) -> bool:
@@ -185,13 +240,11 @@ class Coalescer:
         except BaseException:
             self._release_room()
             raise
-        loop = asyncio.get_running_loop()
-        self._seq += 1
-        entry = _Entry(part, deadline_at, loop.create_future(), self._seq)
+        entry = _Entry(part, deadline_at, asyncio.get_running_loop().create_future())
         lane = self._lanes[keyed]
-        lane.entries.append(entry)
-        lane.count += 1
-        lane.bytes += len(part)
+        lane.add(entry)
+        if deadline_at < self._timer_at:
+            self._arm_waiting(deadline_at)
         if not self.in_flight or self._full(lane):
             self._dispatch()
         try:
@@ -202,7 +255,7 @@ class Coalescer:
 
     def _full(self, lane: _Lane) -> bool:
         limit = min(self.batch_jobs, self._max_waiting)
-        return lane.count >= limit or lane.bytes >= MAX_BATCH_BYTES
+        return lane.count >= limit or lane.bytes >= self.batch_bytes
 
     def _abandon(self, entry: _Entry, lane: _Lane) -> None:
         """A cancelled caller: out of its lane (never sent), or out of its batch."""
@@ -279,7 +332,7 @@ class Coalescer:
             first, second = plain.head(), keyed.head()
             if first is None or second is None:
                 return plain if first is not None else keyed if second is not None else None
-            return plain if first.seq < second.seq else keyed
+            return plain if first.deadline_at <= second.deadline_at else keyed
         if self.in_flight >= self._max_in_flight:
             return None
         for lane in self._lanes:
@@ -292,21 +345,16 @@ class Coalescer:
         passed fail here, unsent."""
         entries: list[_Entry] = []
         size = 0
-        limit = self.batch_jobs
+        limit, size_limit = self.batch_jobs, self.batch_bytes
         now = asyncio.get_running_loop().time()
-        queue = lane.entries
-        while queue and len(entries) < limit:
-            entry = queue[0]
-            if entry.future.done():  # cancelled while it waited, counted out then
-                queue.popleft()
-                continue
-            part_size = len(entry.part)
-            if entries and size + part_size > MAX_BATCH_BYTES:
+        while len(entries) < limit:
+            entry = lane.head()  # skips callers cancelled while they waited
+            if entry is None:
                 break
-            queue.popleft()
-            entry.taken = True
-            lane.count -= 1
-            lane.bytes -= part_size
+            part_size = len(entry.part)
+            if entries and size + part_size > size_limit:
+                break
+            lane.take_head()
             self.waiting -= 1
             if entry.deadline_at <= now:
                 entry.future.set_exception(self._deadline_error(sent=False))
@@ -341,10 +389,8 @@ class Coalescer:
             for entry in batch.entries:
                 entry.future.cancel()
             raise
-        except Exception as error:  # the whole call failed: every member's failure
-            for entry in batch.entries:
-                if not entry.future.done():
-                    entry.future.set_exception(error)
+        except Exception as error:  # the whole call failed
+            self._failed(batch, keyed, error)
         finally:
             if batch.timer is not None:
                 batch.timer.cancel()
@@ -352,6 +398,42 @@ class Coalescer:
             self.in_flight -= 1
             if self.waiting:
                 self._dispatch()
+
+    def _failed(self, batch: _Batch, keyed: bool, error: Exception) -> None:
+        """Every member's failure, unless they can be sent again in smaller calls."""
+        if self._put_back(batch, keyed, error):
+            return
+        for entry in batch.entries:
+            if not entry.future.done():
+                entry.future.set_exception(error)
+
+    def _put_back(self, batch: _Batch, keyed: bool, error: Exception) -> bool:
+        """Whether ``error`` refused the batch's call for its size (so it applied no
+        job) and there is a smaller call to make: then its callers wait again, in their
+        lane, and later calls carry at most half as much."""
+        jobs = len(batch.entries)
+        if jobs < 2 or not isinstance(error, _REFUSED_FOR_SIZE):
+            return False
+        if isinstance(error, errors.RequestTooLargeError):
+            size = sum([len(entry.part) for entry in batch.entries])
+            self.batch_bytes = min(self.batch_bytes, size // 2)
+        else:
+            self.batch_jobs = min(self.batch_jobs, (jobs + 1) // 2)
+        logger.info(
+            "enqueue: the server refused an EnqueueBatch of %d jobs (%s); sending them "
+            "again, at most %d jobs and %d bytes a call",
+            jobs,
+            error,
+            self.batch_jobs,
+            self.batch_bytes,
+        )
+        live = [entry for entry in batch.entries if not entry.future.done()]
+        if live:
+            self._lanes[keyed].put_back(live)
+            self.waiting += len(live)
+            if live[0].deadline_at < self._timer_at:
+                self._arm_waiting(live[0].deadline_at)
+        return True
 
     async def _call(self, batch: _Batch, keyed: bool) -> bytes:
         """The batch's EnqueueBatch call, retried per the client's policy."""
@@ -379,7 +461,32 @@ class Coalescer:
             "EnqueueBatch", attempt, self._policy, deadline_at, all_keyed=keyed, sleep=backoff
         )
 
-    # -- deadlines of members ------------------------------------------------------------
+    # -- deadlines ----------------------------------------------------------------------
+
+    def _arm_waiting(self, at: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = at
+        self._timer = asyncio.get_running_loop().call_at(at, self._waiting_expired, at)
+
+    def _waiting_expired(self, at: float) -> None:
+        """Fail, unsent, the waiting calls whose deadline is ``at`` (this timer's time,
+        so a timer run a clock tick early still fails them) or earlier; then arm the
+        timer for the next one."""
+        self._timer, self._timer_at = None, math.inf
+        following = math.inf
+        for lane in self._lanes:
+            entry = lane.head()
+            while entry is not None and entry.deadline_at <= at:
+                lane.take_head()
+                self.waiting -= 1
+                entry.future.set_exception(self._deadline_error(sent=False))
+                entry = lane.head()
+            if entry is not None:
+                following = min(following, entry.deadline_at)
+        if following < math.inf:
+            self._arm_waiting(following)
+        self._wake_room()
 
     def _arm(self, batch: _Batch) -> None:
         """A timer for the earliest member deadline before the batch's own."""
@@ -389,11 +496,11 @@ class Coalescer:
         )
         if earliest < batch.deadline_at:
             loop = asyncio.get_running_loop()
-            batch.timer = loop.call_at(earliest, self._timer_fired, batch)
+            batch.timer = loop.call_at(earliest, self._timer_fired, batch, earliest)
 
-    def _timer_fired(self, batch: _Batch) -> None:
+    def _timer_fired(self, batch: _Batch, at: float) -> None:
         batch.timer = None
-        self._expire(batch, asyncio.get_running_loop().time(), None)
+        self._expire(batch, at, None)
         if batch.live:
             self._arm(batch)
 
@@ -424,6 +531,9 @@ class Coalescer:
                 break
             await asyncio.gather(*tasks, return_exceptions=True)
         self._tasks.clear()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer, self._timer_at = None, math.inf
 
 
 def _answer(entries: list[_Entry], data: bytes) -> None:

@@ -268,8 +268,10 @@ class SeppClient:
 
     @property
     def enqueues_waiting(self) -> int:
-        """How many :meth:`enqueue` calls wait to share a call to the server (never
-        more than ``max_enqueues_waiting``); 0 without coalescing."""
+        """How many :meth:`enqueue` calls wait to share a call to the server (at most
+        ``max_enqueues_waiting``, and for a moment more when the server refused a shared
+        call for its size and its callers wait to be sent again); 0 without
+        coalescing."""
         coalescer = self._coalescer
         return coalescer.waiting if coalescer is not None else 0
 

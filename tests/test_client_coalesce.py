@@ -23,6 +23,7 @@ from sepp_lite import (
     EnqueueAck,
     EnqueueRequest,
     JobRejectedError,
+    Payload,
     RetryPolicy,
     SeppClient,
     TransportError,
@@ -31,7 +32,13 @@ from sepp_lite import (
 from sepp_lite._codec.enqueue import decode_enqueue_batch_request
 from sepp_lite.errors import Status
 from sepp_lite.sync import SeppClient as BlockingClient
-from sepp_lite.testing import QueueConfig, SeppServerThread, SeppTestServer
+from sepp_lite.testing import (
+    QueueConfig,
+    QueueState,
+    SeppServerThread,
+    SeppTestServer,
+    ServerConfig,
+)
 from tests.client_helpers import (
     ScriptedServer,
     connected,
@@ -344,6 +351,231 @@ async def test_keyed_and_keyless_jobs_never_share_a_call_nor_a_retry_decision() 
             assert isinstance(result, EnqueueAck)
         else:
             assert isinstance(result, TransportError) and result.code is Status.ABORTED
+
+
+# -- deadlines, whatever goes ahead ---------------------------------------------------------------
+
+# The callers' rpc_timeout, and how late past it a caller may end (event-loop scheduling).
+DEADLINE = 0.6
+LATE = 0.05
+LARGE = Payload(b"x" * (1024 * 1024 + 1), "application/octet-stream")  # sent alone
+
+Arrival = tuple[float, str, EnqueueRequest]
+
+
+class Callers:
+    """Calls made at set times (fractions of ``DEADLINE`` from the first), each of
+    which the server holds, so each must fail: how long it took, and with what."""
+
+    def __init__(self, client: SeppClient) -> None:
+        self.client = client
+        self.loop = asyncio.get_running_loop()
+        self.start = self.loop.time()
+        self.ended: dict[str, Any] = {}
+        self.tasks: list[asyncio.Future[Any]] = []
+
+    async def at(self, fraction: float) -> None:
+        await asyncio.sleep(max(0.0, self.start + fraction * DEADLINE - self.loop.time()))
+
+    def call(self, name: str, request: EnqueueRequest) -> None:
+        self.tasks += spawn([self._timed(name, request)])
+
+    async def _timed(self, name: str, request: EnqueueRequest) -> None:
+        began = self.loop.time()
+        with pytest.raises(TransportError) as caught:
+            await self.client.enqueue(request)
+        self.ended[name] = (self.loop.time() - began, caught.value)
+
+    async def all_ended(self) -> dict[str, Any]:
+        await asyncio.gather(*self.tasks)
+        return self.ended
+
+
+async def deadline_errors(client: SeppClient, arrivals: list[Arrival]) -> dict[str, Any]:
+    callers = Callers(client)
+    for fraction, name, request in arrivals:
+        await callers.at(fraction)
+        callers.call(name, request)
+    return await callers.all_ended()
+
+
+def assert_each_ended_at_its_deadline(ended: dict[str, Any], unsent: set[str]) -> None:
+    for name, (took, error) in ended.items():
+        assert DEADLINE - 0.01 <= took <= DEADLINE + LATE, (name, took)
+        assert error.code is Status.DEADLINE_EXCEEDED, name
+        # Coalescing off says so too: a call on the wire may have been applied, one
+        # whose deadline passed before it went out was not.
+        assert error.ambiguous is (name not in unsent), name
+        sent = "deadline exceeded before the call was sent" not in str(error)
+        assert sent is (name not in unsent), (name, str(error))
+
+
+def deadline_arrivals(ahead: str, queue: str) -> list[Arrival]:
+    if ahead == "a keyed batch":
+        # A goes out alone; when it ends, K1 and K2 share a call (K1 came first) that
+        # may run until K2's deadline, 0.8 later; P waits behind it.
+        return [
+            (0.0, "A", EnqueueRequest(queue, "a")),
+            (0.1, "K1", EnqueueRequest(queue, "k", idempotency_key="k1")),
+            (0.2, "P", EnqueueRequest(queue, "p")),
+            (0.8, "K2", EnqueueRequest(queue, "k", idempotency_key="k2")),
+        ]
+    # A goes out alone; P waits for it; then L, too large to share a call, goes out
+    # alone too, and P waits behind L once A has ended.
+    return [
+        (0.0, "A", EnqueueRequest(queue, "a")),
+        (0.1, "P", EnqueueRequest(queue, "p")),
+        (0.5, "L", EnqueueRequest(queue, "l", payload=LARGE)),
+    ]
+
+
+@pytest.mark.parametrize("ahead", ["a keyed batch", "a large job alone"])
+async def test_a_waiting_caller_ends_at_its_deadline_whatever_runs_ahead(
+    server: SeppTestServer, ahead: str
+) -> None:
+    gate = gated(server, hold=lambda number: True)
+    try:
+        async with connected(server.addr, rpc_timeout=DEADLINE) as client:
+            ended = await deadline_errors(client, deadline_arrivals(ahead, unique_queue()))
+    finally:
+        gate.open()
+    assert_each_ended_at_its_deadline(ended, unsent={"P"})
+
+
+async def test_a_waiting_caller_ends_at_its_deadline_on_the_grpcio_server() -> None:
+    pytest.importorskip("grpc", reason="grpcio is a test extra on CPython only")
+    from tests.grpcio_server import GrpcioServer
+
+    async with GrpcioServer() as server:
+        server.hold()
+        async with connected(server.addr, rpc_timeout=DEADLINE) as client:
+            ended = await deadline_errors(
+                client, deadline_arrivals("a keyed batch", unique_queue())
+            )
+    assert_each_ended_at_its_deadline(ended, unsent={"P"})
+
+
+@pytest.mark.connect_only  # from_channel takes no coalescing options
+async def test_a_caller_that_waited_for_room_ends_at_its_deadline_behind_a_later_one(
+    server: SeppTestServer,
+) -> None:
+    gate = gated(server, hold=lambda number: True)
+    queue = unique_queue()
+    options = {"max_enqueues_waiting": 2, "max_enqueue_batches_in_flight": 1}
+    try:
+        async with await SeppClient.connect(server.addr, rpc_timeout=DEADLINE, **options) as client:
+            callers = Callers(client)
+            callers.call("A", EnqueueRequest(queue, "a"))  # alone
+            await until(lambda: gate.held == 1)
+            b, c = spawn([client.enqueue(EnqueueRequest(queue, t)) for t in "bc"])
+            await until(lambda: client.enqueues_waiting == 2)
+            await callers.at(0.1)
+            callers.call("X", EnqueueRequest(queue, "x"))  # waits for room
+            await callers.at(0.5)
+            callers.call("L", EnqueueRequest(queue, "l", payload=LARGE))  # alone
+            await callers.at(0.7)
+            # Two slots free up, X is woken for one, and Y, made in the same step,
+            # takes the other before X has come back: Y waits ahead of X, with a
+            # later deadline, behind L (A has ended: one call in flight at most).
+            b.cancel()
+            c.cancel()
+            callers.call("Y", EnqueueRequest(queue, "y"))
+            ended = await callers.all_ended()
+            await asyncio.gather(b, c, return_exceptions=True)
+    finally:
+        gate.open()
+    assert_each_ended_at_its_deadline(ended, unsent={"X"})
+
+
+# -- the server's limits, before the client knows them ------------------------------------------
+
+
+def outcome(result: object) -> object:
+    """What a caller saw, comparable across clients: the ack's kind, or the error."""
+    if isinstance(result, EnqueueAck):
+        return "ack"
+    return (type(result).__name__, str(result))
+
+
+@pytest.mark.parametrize("server_options", [{"max_enqueue_batch": 8}])
+async def test_a_fresh_client_never_fails_callers_for_the_servers_batch_limit(
+    server: SeppTestServer,
+) -> None:
+    queue = unique_queue()
+    async with connected(server.addr) as client:
+        assert client.server_info is None  # the limit is not known: 39 calls wait at first
+        acks = await asyncio.gather(
+            *[client.enqueue(EnqueueRequest(queue, f"t{i}")) for i in range(40)]
+        )
+        by_id = await job_types_by_id(client, queue, 40)
+    assert [by_id[ack.job_id] for ack in acks] == [f"t{i}" for i in range(40)]
+    assert len(by_id) == 40  # each job once
+
+
+async def test_a_fresh_client_fits_the_grpcio_servers_batch_limit() -> None:
+    pytest.importorskip("grpc", reason="grpcio is a test extra on CPython only")
+    from tests.grpcio_server import GrpcioServer
+
+    state = QueueState(ServerConfig().with_overrides(max_enqueue_batch=8))
+    queue = unique_queue()
+    async with GrpcioServer(state) as server, connected(server.addr) as client:
+        acks = await asyncio.gather(
+            *[client.enqueue(EnqueueRequest(queue, f"t{i}")) for i in range(40)]
+        )
+        by_id = await job_types_by_id(client, queue, 40)
+    assert [by_id[ack.job_id] for ack in acks] == [f"t{i}" for i in range(40)]
+
+
+@pytest.mark.connect_only  # compares with the switch off, which only connect() takes
+@pytest.mark.parametrize(
+    "server_options", [{"max_message_bytes": 64 * 1024, "max_payload_bytes": 64 * 1024}]
+)
+async def test_callers_see_what_they_would_alone_when_the_server_refuses_a_size(
+    server: SeppTestServer,
+) -> None:
+    # Each job fits the server's (unadvertised) message limit alone, the lot together
+    # does not; one is too large even alone.
+    sizes = [10] + [20 * 1024] * 10 + [70 * 1024] + [20 * 1024] * 4
+
+    async def outcomes(coalesce: bool) -> list[object]:
+        queue = unique_queue()
+        jobs = [EnqueueRequest(queue, "t", payload=Payload(b"x" * n, "text/plain")) for n in sizes]
+        async with await SeppClient.connect(server.addr, coalesce_enqueues=coalesce) as client:
+            results = await asyncio.gather(
+                *[client.enqueue(job) for job in jobs], return_exceptions=True
+            )
+            enqueued = await job_types_by_id(client, queue, len(jobs))
+        assert len(enqueued) == len(jobs) - 1
+        return [outcome(result) for result in results]
+
+    alone = await outcomes(coalesce=False)
+    assert alone.count("ack") == len(sizes) - 1
+    assert await outcomes(coalesce=True) == alone
+
+
+async def test_a_refused_shared_call_teaches_the_client_the_servers_batch_limit() -> None:
+    def refuse_over_8(request: bytes) -> bytes:
+        if len(decode_enqueue_batch_request(request)) > 8:
+            raise GRPCError(Status.INVALID_ARGUMENT, "batch exceeds max_enqueue_batch (8)")
+        return default_reply("EnqueueBatch", request)
+
+    async with ScriptedServer() as server:
+        server.script("EnqueueBatch", *[refuse_over_8] * 200)
+        bursts = []
+        async with connected(server.addr) as client:
+            for _ in range(2):
+                before = len(server.calls)
+                acks = await asyncio.gather(
+                    *[client.enqueue(EnqueueRequest("q", "t")) for _ in range(40)]
+                )
+                assert all(isinstance(ack, EnqueueAck) for ack in acks)
+                calls = server.calls[before:]
+                bursts.append([len(decode_enqueue_batch_request(c.request)) for c in calls])
+    first, second = bursts
+    # A lone call, then the 39 that waited for it: refused, and sent again in smaller
+    # calls until they fit. The next burst fits at once.
+    assert first[:2] == [1, 39] and sum(size for size in first if size <= 8) == 40
+    assert max(second) <= 8 and sum(second) == 40
 
 
 # -- backpressure ---------------------------------------------------------------------------------
