@@ -72,6 +72,15 @@ def add_parser(commands: Commands, parents: list[argparse.ArgumentParser]) -> No
         "API key or an undeclared queue fails at once",
     )
     parser.add_argument(
+        "--unknown-type-delay",
+        type=non_negative_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="how long a job of a type this worker has no handler for waits for a worker "
+        "that has one before its second attempt, doubled for each further attempt "
+        "(default 300: 5 min, then 10 min, ...; its last attempt dead-letters it)",
+    )
+    parser.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -340,6 +349,8 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
         )
         if args.wait_for_server is not None:
             worker.wait_for_server = args.wait_for_server
+        if args.unknown_type_delay is not None:
+            worker.unknown_type_delay = args.unknown_type_delay
         # The worker's client is closed too when a factory made its own: the command
         # owns everything that runs for it.
         stack.push_async_callback(worker.client.close)
