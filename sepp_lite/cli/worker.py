@@ -316,8 +316,9 @@ async def run_worker(worker: Worker, *, until_idle: bool = False) -> int:
             await worker.run(until_idle=until_idle)
         except asyncio.CancelledError:
             print(
-                "error: stopped hard by a second signal; the jobs that were in flight go "
-                "back to their queues when their leases expire",
+                "error: stopped hard by a second signal; the jobs in flight were handed "
+                "back to their queues (one on its last attempt, or whose handler would not "
+                "stop, goes back when its lease expires)",
                 file=sys.stderr,
             )
             return EXIT_REFUSED
