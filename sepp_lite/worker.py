@@ -794,7 +794,7 @@ class Worker:
             logger.warning(
                 "job %s not handed back (%s); it is redelivered when its lease expires",
                 ctx.id,
-                error or f"no answer within {_HAND_BACK_S:g} s",
+                str(error) or f"no answer within {_HAND_BACK_S:g} s",
             )
             return
         logger.debug(
@@ -931,7 +931,7 @@ class Worker:
         more = f"; {seen.since} more of its jobs since the last such line" if seen.since else ""
         seen.logged_at, seen.since = now, 0
         if _last_attempt(ctx):
-            fate = "was on its last attempt: dead-lettered"
+            fate = "is on its last attempt: its nack dead-letters it"
         else:
             wait = seconds_text(timedelta(seconds=delay))
             fate = f"goes back to wait {wait} before attempt {ctx.attempt + 1}"

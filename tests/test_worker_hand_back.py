@@ -20,7 +20,16 @@ import pytest
 import sepp_lite as sepp
 from sepp_lite.tasks import Tasks
 from sepp_lite.testing import SeppTestServer
-from tests.client_helpers import unique_queue, until
+from tests.client_helpers import (
+    HANG,
+    JOB_ID,
+    ScriptedServer,
+    connected,
+    job_record,
+    reserve_reply,
+    unique_queue,
+    until,
+)
 from tests.fault_helpers import running
 
 pytestmark = pytest.mark.timeout(60)
@@ -210,3 +219,36 @@ async def test_a_job_whose_lease_lapsed_is_not_handed_back(
     assert server.state.totals()["nacked"] == 0
     assert view(server, job_id) == ("in_flight", 2)
     await client.ack(jobs[0].ctx)
+
+
+async def test_a_hand_back_the_server_does_not_answer_is_given_up_after_a_second(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with ScriptedServer() as server:
+        server.script("Reserve", reserve_reply(job_record(job_type="hang"), lease_s=LEASE_S))
+        server.script("Nack", HANG)
+        async with connected(server.addr) as client:
+            worker = sepp.Worker(client, ["q"], LEASE_S, shutdown_timeout=0.1)
+            started = asyncio.Event()
+
+            @worker.handler("hang")
+            async def hang(payload: object, ctx: sepp.JobCtx) -> None:
+                started.set()
+                await asyncio.sleep(30)
+
+            with caplog.at_level(logging.WARNING, "sepp_lite"):
+                async with running(worker.run()) as run:
+                    await asyncio.wait_for(started.wait(), 10)
+                    loop = asyncio.get_running_loop()
+                    begun = loop.time()
+                    worker.shutdown_handle().shutdown()
+                    await asyncio.wait_for(run, 10)
+                    took = loop.time() - begun
+        assert len(server.calls_to("Nack")) == 1
+    # 0.1 s of shutdown_timeout, then the hand-back's bound of 1 s.
+    assert 1.0 <= took < 2.5, took
+    assert any(
+        r.getMessage() == f"job {JOB_ID} not handed back (no answer within 1 s); it is "
+        "redelivered when its lease expires"
+        for r in caplog.records
+    )
