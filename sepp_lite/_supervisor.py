@@ -386,31 +386,25 @@ class Supervisor:
         return signal_handlers(on_signal)
 
     def _begin_stop(self) -> None:
-        self._stopping = True
-        if self._stop is not None:
-            self._stop.set()
-        for child in self._children:
-            if child.proc is not None:
-                self._signal(child.proc, signal.SIGTERM)
+        self._signal_all(signal.SIGTERM)
 
     def _stop_now(self) -> None:
         """A hard stop: SIGQUIT to every child (it cancels its handlers and hands
         their jobs back), SIGKILL to those still running ``HARD_STOP_S`` later."""
-        self._stopping = True
-        if self._stop is not None:
-            self._stop.set()
-        for child in self._children:
-            if child.proc is not None:
-                self._signal(child.proc, signal.SIGQUIT)
+        self._signal_all(signal.SIGQUIT)
         self._kill_later = asyncio.get_running_loop().call_later(HARD_STOP_S, self._kill_all)
 
     def _kill_all(self) -> None:
+        self._signal_all(signal.SIGKILL)
+
+    def _signal_all(self, signum: signal.Signals) -> None:
+        """Stop supervising (no restarts) and send ``signum`` to every child."""
         self._stopping = True
         if self._stop is not None:
             self._stop.set()
         for child in self._children:
             if child.proc is not None:
-                self._signal(child.proc, signal.SIGKILL)
+                self._signal(child.proc, signum)
 
     @staticmethod
     def _signal(proc: asyncio.subprocess.Process, signum: signal.Signals) -> None:

@@ -596,12 +596,13 @@ async def test_unknown_job_types_are_handed_back_to_wait_and_the_start_line_list
 
     stranger = await client.enqueue(sepp.EnqueueRequest(queue, "stranger"))
     await known.enqueue(client, Welcome("a"))
-    worker = tasks.worker(client)
+    worker = tasks.worker(client, unknown_type_delay=120)  # a Worker option
     assert isinstance(worker, sepp.Worker) and isinstance(worker, TaskWorker)
     with caplog.at_level(logging.INFO, logger="sepp_lite"):
         await worker.run(until_idle=True)
     view = server.state.job(stranger.job_id)
     assert view is not None and view.state == "scheduled" and view.attempt == 2
+    assert view.due_ms is not None and 100_000 < view.due_ms - server.clock.now_ms() <= 120_000
     assert server.counts(queue).ready == 0
     messages = [record.getMessage() for record in caplog.records]
     assert f"worker {worker.worker_id} serves job types known on queues {queue}" in messages
@@ -609,7 +610,7 @@ async def test_unknown_job_types_are_handed_back_to_wait_and_the_start_line_list
         m.startswith(
             f"no handler for job type 'stranger' on queue {queue!r} (this worker handles: known)"
         )
-        and "goes back to wait 300 s" in m
+        and "goes back to wait 120 s" in m
         for m in messages
     )
 
