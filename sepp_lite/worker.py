@@ -194,10 +194,6 @@ class _Unhandled:
 
 
 _STOPPED = object()  # the verdict of a run whose lease was lost or that was given up on
-# The run whose job the current task handles: run_in_thread finds it here.
-_CURRENT_RUN: contextvars.ContextVar[_Run | None] = contextvars.ContextVar(
-    "sepp_lite_worker_run", default=None
-)
 
 
 def _released(ctx: JobCtx) -> bool:
@@ -731,7 +727,6 @@ class Worker:
         if run.given_up is not None:  # shutdown came before its handler began
             await self._hand_back(run)
             return
-        _CURRENT_RUN.set(run)
         started = time.monotonic()
         if self._auto_extend:
             outcome = await self._handle_with_keeper(run, handler)
@@ -810,7 +805,7 @@ class Worker:
         run.began = True
         try:
             if handler.threaded:
-                await self._in_thread(handler, job)
+                await self._in_thread(handler, run)
             else:
                 await handler.fn(job.payload, job.ctx)
         except asyncio.CancelledError:
@@ -821,9 +816,10 @@ class Worker:
             return exc
         return None
 
-    async def _in_thread(self, handler: RegisteredHandler, job: Job) -> None:
+    async def _in_thread(self, handler: RegisteredHandler, run: _Run) -> None:
+        job = run.job
         name = f"job {job.ctx.id}: its handler {handler.name}"
-        result = await self.run_in_thread(handler.fn, job.payload, job.ctx, name=name)
+        result = await self._pooled(handler.fn, (job.payload, job.ctx), name, run)
         if inspect.isawaitable(result):
             # A plain def that returned an awaitable (a sync wrapper around an async
             # function): awaited here, once, on the event loop.
@@ -838,6 +834,21 @@ class Worker:
         then), then propagates; one that comes while it still waits for a free thread
         stops it from starting, and so does a shutdown that hands its job back (see
         :class:`Worker`). ``name`` names ``fn`` in the warning about that wait."""
+        return await self._pooled(fn, args, name, self._run_of(asyncio.current_task()))
+
+    def _run_of(self, task: asyncio.Task[Any] | None) -> _Run | None:
+        """The job that ``task`` runs, if it is one of this worker's job tasks. Looked
+        up rather than kept per job: only a typed task's thread call needs it."""
+        for run in self._active:
+            if run.task is task:
+                return run
+        return None
+
+    async def _pooled(
+        self, fn: Callable[..., T], args: tuple[Any, ...], name: str, run: _Run | None
+    ) -> T:
+        """:meth:`run_in_thread` for ``run``'s job (whose shutdown may cancel the call
+        while it waits for a thread)."""
         threads = self._threads
         if threads is None:
             threads = self._threads = concurrent.futures.ThreadPoolExecutor(
@@ -846,7 +857,6 @@ class Worker:
         call = contextvars.copy_context().run
         running = threads.submit(call, fn, *args)
         waiter = asyncio.wrap_future(running)
-        run = _CURRENT_RUN.get()
         if run is not None:
             run.pending = running  # until it ends: cancelled only while it waits
         try:
