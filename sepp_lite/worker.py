@@ -612,7 +612,8 @@ class Worker:
         """Await ``awaitable`` against shutdown: ``(result, False)`` when it finished
         (its exception propagates), ``(None, True)`` when shutdown came first (it is
         cancelled). When both finish in the same step the result wins: jobs a reserve
-        returned just as shutdown came are leased to us, so they must be processed."""
+        returned just as shutdown came are leased to us, so they must not be dropped (the
+        drain hands them back)."""
         work = asyncio.ensure_future(awaitable)
         stop = asyncio.ensure_future(self._shutdown.wait())
         try:
