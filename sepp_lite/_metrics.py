@@ -61,6 +61,7 @@ class _Instruments(NamedTuple):
     reserve_failures: Any
     extensions: Any
     reconnects: Any
+    unhandled: Any
 
 
 @functools.cache
@@ -95,6 +96,11 @@ def _instruments() -> _Instruments:
             ("outcome",),
         ),
         p.Counter("sepp_client_reconnects", "Connections the client opened after its first."),
+        p.Counter(
+            "sepp_jobs_unhandled",
+            "Jobs of a type the worker has no handler for, handed back to wait for one.",
+            JOB,
+        ),
     )
 
 
@@ -153,6 +159,10 @@ class PrometheusObserver(WorkerObserver):
     def job_nacked(self, ctx: JobCtx, dead_lettered: bool) -> None:
         series = self._of(ctx)
         (series.dead_lettered if dead_lettered else series.retried).inc()
+
+    def job_unhandled(self, ctx: JobCtx) -> None:
+        # Looked up each time: rare, and no series of it for the types that have handlers.
+        self._m.unhandled.labels(ctx.queue, ctx.job_type).inc()
 
     def job_finished(self, ctx: JobCtx) -> None:
         self._m.in_flight.dec()

@@ -40,7 +40,8 @@ class WorkerObserver:
     any number of times while the handler runs, ``job_handled`` when the handler ends,
     ``job_acked`` or ``job_nacked`` when the worker settled it (neither when the handler
     settled the job itself, the lease was lost, or the settle call failed), and
-    ``job_finished`` last, always.
+    ``job_finished`` last, always. A job of a type the worker has no handler for has
+    ``job_unhandled`` between ``job_started`` and ``job_finished``, and nothing else.
     """
 
     def run_started(self) -> None:
@@ -71,6 +72,11 @@ class WorkerObserver:
         """The worker nacked the job after its handler failed; ``dead_lettered`` when the
         server moved it to the dead letters rather than scheduling a retry."""
 
+    def job_unhandled(self, ctx: JobCtx) -> None:
+        """The worker has no handler (and no catch-all) for the job's type: it hands
+        the job back to wait for a worker that has one (``Worker``'s
+        ``unknown_type_delay``), or dead-letters it on its last attempt."""
+
     def job_finished(self, ctx: JobCtx) -> None:
         """The job's task ended; it no longer counts as in flight."""
 
@@ -90,6 +96,7 @@ EVENTS = (
     "job_handled",
     "job_acked",
     "job_nacked",
+    "job_unhandled",
     "job_finished",
     "lease_extended",
 )
@@ -126,6 +133,7 @@ class WorkerEvents:
     _job_handled: tuple[Callable[[JobCtx, float], object], ...]
     _job_acked: tuple[Callable[[JobCtx], object], ...]
     _job_nacked: tuple[Callable[[JobCtx, bool], object], ...]
+    _job_unhandled: tuple[Callable[[JobCtx], object], ...]
     _job_finished: tuple[Callable[[JobCtx], object], ...]
     _lease_extended: tuple[Callable[[JobCtx, str], object], ...]
 
@@ -208,6 +216,13 @@ class WorkerEvents:
         for method in self._job_nacked:
             try:
                 method(ctx, dead_lettered)
+            except Exception:
+                _failed(method)
+
+    def job_unhandled(self, ctx: JobCtx) -> None:
+        for method in self._job_unhandled:
+            try:
+                method(ctx)
             except Exception:
                 _failed(method)
 

@@ -19,8 +19,9 @@ __all__ = ["OTelWorkerMetrics", "default_observers"]
 class OTelWorkerMetrics(WorkerObserver):
     """Counts a Worker's events into sepp-py's instruments: ``sepp.jobs.processed``,
     ``sepp.jobs.nacked`` (by outcome), ``sepp.jobs.in_flight``,
-    ``sepp.reserves.completed`` (by jobs=some|empty) and ``sepp.reserves.failed``.
-    Needs ``opentelemetry-api``."""
+    ``sepp.reserves.completed`` (by jobs=some|empty) and ``sepp.reserves.failed``, and
+    sepp_lite's ``sepp.jobs.unhandled`` (by queue and job_type). Needs
+    ``opentelemetry-api``."""
 
     def __init__(self) -> None:
         from opentelemetry import metrics
@@ -41,6 +42,10 @@ class OTelWorkerMetrics(WorkerObserver):
         self._failed = meter.create_counter(
             "sepp.reserves.failed", description="Reserve calls that failed."
         )
+        self._unhandled = meter.create_counter(
+            "sepp.jobs.unhandled",
+            description="Jobs of a type without a handler, handed back, by queue and job_type.",
+        )
 
     def reserve_completed(self, empty: bool) -> None:
         self._completed.add(1, {"jobs": "empty" if empty else "some"})
@@ -56,6 +61,9 @@ class OTelWorkerMetrics(WorkerObserver):
 
     def job_nacked(self, ctx: JobCtx, dead_lettered: bool) -> None:
         self._nacked.add(1, {"outcome": "dead_letter" if dead_lettered else "retry"})
+
+    def job_unhandled(self, ctx: JobCtx) -> None:
+        self._unhandled.add(1, {"queue": ctx.queue, "job_type": ctx.job_type})
 
     def job_finished(self, ctx: JobCtx) -> None:
         self._in_flight.add(-1)

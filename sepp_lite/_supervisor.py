@@ -16,11 +16,13 @@ gives up (stopping the others gracefully, exiting non-zero) when one dies at sta
 that exits 0 (``--until-idle``, or a handler that shut its worker down) is done.
 
 The first SIGTERM/SIGINT is passed on to every child as SIGTERM (each drains as a single
-worker does) and the supervisor exits 0 once all have; a second one kills them (SIGKILL)
-and exits 1. Children treat every signal after the first as the same graceful stop, so a
-signal sent to the whole process group (Ctrl-C in a terminal, systemd's default
-KillMode) is not a hard stop. A child whose status pipe breaks (the supervisor died)
-shuts down gracefully too.
+worker does) and the supervisor exits 0 once all have; a second one stops them hard and
+exits 1: each child gets SIGQUIT, which cancels its handlers and hands their jobs back to
+their queues, and one still running ``HARD_STOP_S`` later is killed (SIGKILL). Children
+treat every SIGTERM/SIGINT after the first as the same graceful stop, so a signal sent
+to the whole process group (Ctrl-C in a terminal, systemd's default KillMode) is not a
+hard stop. A child whose status pipe breaks (the supervisor died) shuts down gracefully
+too.
 
 With ``--http``, the supervisor serves the endpoints for all of them: ``/livez``
 and ``/readyz`` from the children's heartbeats, ``/metrics`` from prometheus-client's
@@ -63,6 +65,9 @@ STARTUP_FAILURE_LIMIT = 5  # consecutive exits at start-up before giving up
 STATUS_LINE_LIMIT = 4096
 PIPE_DRAIN_S = 1.0  # after a child exits, how long its status pipe may stay open
 KILL_WAIT_S = 10.0
+# After a hard stop's SIGQUIT, how long a child has to hand its jobs back before SIGKILL:
+# the worker's grace for cancelled handlers and for their hand-backs, and some to exit.
+HARD_STOP_S = 4.0
 # PyPy sizes its nursery (the young generation) from the CPU's cache, to 1 MB on many
 # machines. A Worker allocates about 50 KiB per job there (asyncio is pure Python on
 # PyPy) and spent about 30 % of its CPU in the GC; with 4 MB, about a fifth less CPU
@@ -193,6 +198,7 @@ class Supervisor:
         self._metrics: Optional[_metrics.SupervisorMetrics] = None
         self._metrics_dir: Optional[str] = None
         self._endpoints: Optional[HttpServer] = None
+        self._kill_later: Optional[asyncio.TimerHandle] = None
 
     # -- running ----------------------------------------------------------------------
 
@@ -214,6 +220,8 @@ class Supervisor:
                 await slots.cancel(KILL_WAIT_S)
                 raise
             finally:
+                if self._kill_later is not None:
+                    self._kill_later.cancel()
                 if self._endpoints is not None:
                     await self._endpoints.close()
         return self._outcome()
@@ -221,8 +229,9 @@ class Supervisor:
     def _outcome(self) -> int:
         if self._hard:
             print(
-                "error: stopped hard by a second signal: the worker processes were killed; "
-                "their jobs in flight go back to their queues when their leases expire",
+                "error: stopped hard by a second signal: the worker processes handed their "
+                "jobs in flight back (those that could not, or on their last attempt, go "
+                "back when their leases expire)",
                 file=sys.stderr,
             )
             return EXIT_HARD
@@ -370,27 +379,32 @@ class Supervisor:
                 )
                 self._begin_stop()
             elif not self._hard:
-                logger.warning("%s received again: killing the worker processes", signum.name)
+                logger.warning("%s received again: stopping the worker processes now", signum.name)
                 self._hard = True
-                self._kill_all()
+                self._stop_now()
 
         return signal_handlers(on_signal)
 
     def _begin_stop(self) -> None:
-        self._stopping = True
-        if self._stop is not None:
-            self._stop.set()
-        for child in self._children:
-            if child.proc is not None:
-                self._signal(child.proc, signal.SIGTERM)
+        self._signal_all(signal.SIGTERM)
+
+    def _stop_now(self) -> None:
+        """A hard stop: SIGQUIT to every child (it cancels its handlers and hands
+        their jobs back), SIGKILL to those still running ``HARD_STOP_S`` later."""
+        self._signal_all(signal.SIGQUIT)
+        self._kill_later = asyncio.get_running_loop().call_later(HARD_STOP_S, self._kill_all)
 
     def _kill_all(self) -> None:
+        self._signal_all(signal.SIGKILL)
+
+    def _signal_all(self, signum: signal.Signals) -> None:
+        """Stop supervising (no restarts) and send ``signum`` to every child."""
         self._stopping = True
         if self._stop is not None:
             self._stop.set()
         for child in self._children:
             if child.proc is not None:
-                self._signal(child.proc, signal.SIGKILL)
+                self._signal(child.proc, signum)
 
     @staticmethod
     def _signal(proc: asyncio.subprocess.Process, signum: signal.Signals) -> None:
@@ -485,29 +499,42 @@ class _StatusPipe:
                 self._handle.shutdown()
 
 
-def _graceful_signals(handle: ShutdownHandle) -> contextlib.AbstractContextManager[None]:
+def _child_signals(
+    handle: ShutdownHandle, stopped_hard: list[bool]
+) -> contextlib.AbstractContextManager[None]:
     """SIGINT/SIGTERM start the graceful stop; later ones change nothing (the
-    supervisor decides on a hard stop, with SIGKILL)."""
+    supervisor decides on a hard stop): SIGQUIT stops at once, cancelling the task
+    that runs the worker (which hands its jobs back), and notes it in
+    ``stopped_hard``."""
+    task = asyncio.current_task()
 
     def on_signal(signum: signal.Signals) -> None:
+        if signum == signal.SIGQUIT:
+            logger.warning("SIGQUIT received: stopping now")
+            stopped_hard.append(True)
+            if task is not None:
+                task.cancel()
+            return
         if handle.is_shutdown:
             logger.debug("%s received: already shutting down", signum.name)
             return
         logger.info("%s received: shutting down gracefully", signum.name)
         handle.shutdown()
 
-    return signal_handlers(on_signal)
+    return signal_handlers(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT))
 
 
 async def run_supervised(
     worker: Worker, status_fd: int, *, until_idle: bool, max_loop_lag: float
 ) -> int:
     """Run ``worker`` as a supervised child reporting on ``status_fd``; 0 once it
-    stopped gracefully (``run()``'s errors propagate)."""
+    stopped gracefully, 1 after the supervisor's hard stop (``run()``'s errors
+    propagate)."""
     metrics = bool(os.environ.get(MULTIPROC_ENV))
     pipe = _StatusPipe(status_fd, worker.shutdown_handle())
     monitor = WorkerMonitor(worker, max_loop_lag=max_loop_lag, metrics=metrics, on_beat=pipe.report)
-    with _graceful_signals(worker.shutdown_handle()):
+    stopped_hard: list[bool] = []
+    with _child_signals(worker.shutdown_handle(), stopped_hard):
         # Besides the heartbeat's reports, one as soon as the monitor runs and one
         # after it stopped (however run() ended), so the supervisor need not wait for
         # a beat to see either.
@@ -515,6 +542,10 @@ async def run_supervised(
             async with monitor:
                 pipe.report(monitor)
                 await worker.run(until_idle=until_idle)
+        except asyncio.CancelledError:
+            if not stopped_hard:
+                raise
+            return EXIT_HARD  # the supervisor says why, once
         finally:
             pipe.report(monitor)
     return 0

@@ -75,7 +75,7 @@ def shutdown_on_signals(
 ) -> Iterator[None]:
     """While the block runs, the first SIGINT/SIGTERM calls ``shutdown()`` on every
     handle (a graceful drain); a second one cancels the task that entered the block
-    (a hard stop: leases of unfinished jobs lapse and the server redelivers them).
+    (a hard stop: the Worker cancels its handlers and hands their jobs back).
 
     Use it inside a running event loop on the main thread::
 

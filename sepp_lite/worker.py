@@ -72,14 +72,29 @@ H = TypeVar("H", bound=Handler)
 
 # In run(until_idle=True), how long each reserve waits before reporting the queues empty.
 _IDLE_WAIT_S = 0.5
-# After a bounded shutdown cancels handlers, how long to wait for them to stop.
+# After shutdown cancels handlers (shutdown_timeout, or run() cancelled), how long to
+# wait for them to stop; then how long each hand-back (a nack) may still take.
 _CANCEL_GRACE_S = 1.0
+_HAND_BACK_S = 1.0
+_HAND_BACK = RetryDirective.after(0)  # ready at once, whatever the queue's retry policy
 _UNHANDLED_REASON = "no handler registered for job_type"
+DEFAULT_UNKNOWN_TYPE_DELAY = timedelta(minutes=5)
+"""How long a job of a type the worker has no handler for waits before its second
+attempt; each further attempt waits twice as long as the one before."""
+# The longest such a wait grows to (the server also caps it at its schedule horizon).
+_UNKNOWN_DELAY_MAX_S = 86400.0
+# At most one ERROR line per queue and unknown job type this often.
+_UNKNOWN_REPORT_S = 60.0
 # A nack reason longer than this is cut (an exception's text can be megabytes).
 _REASON_LIMIT = 4096
 # The transport's own words for its connect backoff, which the worker's log line
 # replaces with the one delay it really waits.
 _RETRY_HINT = re.compile(r"; next attempt in [0-9.]+ s$")
+
+
+def _unknown_type_delay(value: Duration) -> float:
+    """``unknown_type_delay`` in seconds: a ``timedelta`` or seconds, 0 or more."""
+    return as_timedelta(value, "unknown_type_delay").total_seconds()
 
 
 def _thread_count(value: int | None, max_in_flight: int) -> int:
@@ -146,42 +161,70 @@ class DuplicateHandlerError(SeppError):
 class _Run:
     """One delivery being processed: the flags that decide whether it may be settled."""
 
-    __slots__ = ("abandoned", "job", "lease_lost", "owner", "settling", "stopped", "task")
+    __slots__ = ("began", "given_up", "job", "lease_lost", "owner", "pending", "settling", "task")
 
     def __init__(self, job: Job, owner: TaskSet) -> None:
         self.job = job
         self.owner = owner  # the TaskSet that runs the job's task
         self.task: asyncio.Task[None] | None = None
         self.lease_lost = False
-        self.abandoned = False
-        self.settling = False
-        self.stopped = False  # run() was cancelled: a hard stop
+        self.settling = False  # its ack or nack is under way
+        self.began = False  # its handler was called
+        # Its call waiting for one of the worker's threads (run_in_thread), if any.
+        self.pending: concurrent.futures.Future[Any] | None = None
+        # Why shutdown gave up on it (it goes back to its queue), or None.
+        self.given_up: str | None = None
 
     def stop_handler(self) -> None:
         """Cancel the handler: it runs in the job's task, whose ``_handle`` turns this
-        cancellation (the run flagged abandoned or its lease lost first) into
-        ``_STOPPED``."""
+        cancellation (the run given up on or its lease lost first) into ``_STOPPED``."""
         if self.task is not None:
             self.owner.stop(self.task)
 
 
-_STOPPED = object()  # the verdict of a run whose lease was lost or that was abandoned
+class _Unhandled:
+    """A job type without a handler on one queue: when its ERROR line was last logged,
+    and how many of its jobs came since."""
+
+    __slots__ = ("logged_at", "since")
+
+    def __init__(self) -> None:
+        self.logged_at = 0.0
+        self.since = 0
 
 
-def _unsettled_reason(run: _Run, outcome: object) -> str | None:
-    """Why this delivery must not be acked or nacked, or None when it may be."""
-    if run.lease_lost:
-        return "its lease was lost"
-    if run.stopped:
-        return "the worker was stopped"
-    if run.abandoned or outcome is _STOPPED:
-        return "shutdown timed out"
-    return None
+_STOPPED = object()  # the verdict of a run whose lease was lost or that was given up on
 
 
 def _released(ctx: JobCtx) -> bool:
     lease = ctx.lease
     return lease is not None and lease.released
+
+
+def _last_attempt(ctx: JobCtx) -> bool:
+    """Whether a nack would dead-letter this delivery (also when the server did not
+    say the maximum)."""
+    return not ctx.max_attempts or ctx.attempt >= ctx.max_attempts
+
+
+async def _shielded(call: Awaitable[T], seconds: float) -> T:
+    """``await call`` for at most ``seconds`` (then ``asyncio.TimeoutError``), and to
+    its end even when the caller is cancelled meanwhile: a nack cut off half-way leaves
+    the job's fate unknown. The caller's cancellation propagates once the call ended
+    (a second one stops waiting for it)."""
+    task = asyncio.ensure_future(asyncio.wait_for(call, seconds))
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        task.add_done_callback(_outcome_seen)
+        await asyncio.wait({task})
+        raise
+
+
+def _outcome_seen(task: asyncio.Future[Any]) -> None:
+    # Nobody awaits it any more: its exception is not "never retrieved".
+    if not task.cancelled():
+        task.exception()
 
 
 def _gave_up(error: SeppError, attempts: int, waited: float, bound: float) -> TransportError:
@@ -256,9 +299,16 @@ class Worker:
     ``sync_threads`` threads (default min(32, max_in_flight), started on the first such
     job); anything else raises ``TypeError`` when registered. A handler returning acks
     the job; :class:`HandlerError` nacks it as chosen; any other exception nacks it for
-    the queue's retry (logged with its traceback). Jobs of a type without a handler are
-    nacked with a growing delay, min(2**attempt, 60) s, so a worker that lacks the
-    handler does not burn their attempts.
+    the queue's retry (logged with its traceback).
+
+    A job of a type without a handler (and no catch-all) is handed back to wait for a
+    worker that has one: nacked to wait ``unknown_type_delay`` (default 5 min) before its
+    second attempt, twice that before its third, and so on (up to a day, and the
+    server's ``max_schedule_horizon``), so that with the default ``max_attempts`` of 3
+    it outlives 15 minutes of workers that lack its handler (a rolling deploy, a
+    tasks module the worker forgot to import). Its last attempt's nack dead-letters
+    it. An ERROR line names the type, its queue and the types this worker handles,
+    at most once a minute per type and queue.
 
     ``max_in_flight`` bounds concurrent handlers; reserve asks for at most the free
     capacity (and ``max_jobs``). With ``auto_extend`` (or ``auto_extend_interval``) a
@@ -270,10 +320,16 @@ class Worker:
     the server cannot be reached at start, it tries again for up to
     ``wait_for_server`` (default 60 s; 0 fails at once), one log line per attempt.
 
-    Shutdown (:meth:`shutdown_handle`) stops reserving and waits for the jobs in
-    flight; with ``shutdown_timeout`` it extends their leases once, waits that long,
-    then cancels the remaining handlers without settling them (their leases lapse and
-    the server redelivers). Cancelling ``run()`` cancels everything at once.
+    Shutdown (:meth:`shutdown_handle`) stops reserving, hands the jobs whose handlers
+    have not begun back to their queues, and waits for the others; with
+    ``shutdown_timeout`` it extends their leases once, waits that long, then cancels
+    the remaining handlers and hands their jobs back. Cancelling ``run()`` cancels
+    every handler at once and hands every job back. Handing back is a nack with no
+    delay: the job is ready at once for another worker, its attempt counted as a lease
+    expiry would count it. A job on its last attempt is not handed back (the nack
+    would dead-letter it): one not begun yet still runs in a graceful drain, one whose
+    handler was cancelled is left to its lease. A job whose lease was lost, or that its
+    handler settled itself, is not touched.
 
     Observers (:meth:`add_observer`, a :class:`~sepp_lite.WorkerObserver`) are told
     what the worker does: jobs started, handled, settled; reserves; lease extensions.
@@ -295,6 +351,7 @@ class Worker:
         shutdown_timeout: Duration | None = None,
         sync_threads: int | None = None,
         wait_for_server: Duration = DEFAULT_WAIT_FOR_SERVER,
+        unknown_type_delay: Duration = DEFAULT_UNKNOWN_TYPE_DELAY,
     ) -> None:
         if isinstance(queues, str):
             raise TypeError(
@@ -322,6 +379,8 @@ class Worker:
         self._sync_threads = _thread_count(sync_threads, self._max_in_flight)
         self._threads: concurrent.futures.ThreadPoolExecutor | None = None
         self._wait_for_server = as_timedelta(wait_for_server, "wait_for_server").total_seconds()
+        self._unknown_delay = _unknown_type_delay(unknown_type_delay)
+        self._unknown_delay_cap = _UNKNOWN_DELAY_MAX_S  # lowered to the server's horizon
         self._error_backoff = as_timedelta(
             reserve_error_backoff, "reserve_error_backoff"
         ).total_seconds()
@@ -340,7 +399,7 @@ class Worker:
         self._events = WorkerEvents(_otel_metrics.default_observers())
         self._in_flight = 0
         self._active: set[_Run] = set()
-        self._unhandled_types: set[str] = set()
+        self._unhandled: dict[tuple[str, str], _Unhandled] = {}  # by (queue, job type)
         self._running = False
         self._fatal: SeppError | None = None  # the permanent reserve error run() raises
 
@@ -439,6 +498,17 @@ class Worker:
         self._wait_for_server = as_timedelta(value, "wait_for_server").total_seconds()
 
     @property
+    def unknown_type_delay(self) -> float:
+        """Seconds a job of a type without a handler waits before its second attempt,
+        doubled for each further one (settable: a ``timedelta`` or seconds; 0 hands
+        such jobs back at once)."""
+        return self._unknown_delay
+
+    @unknown_type_delay.setter
+    def unknown_type_delay(self, value: Duration) -> None:
+        self._unknown_delay = _unknown_type_delay(value)
+
+    @property
     def in_flight(self) -> int:
         """How many jobs are being processed now."""
         return self._in_flight
@@ -498,15 +568,15 @@ class Worker:
             while not self._shutdown.is_shutdown:
                 if not await self._poll(permits, jobs, until_idle):
                     break
+            logger.info("worker %s draining %d in-flight job(s)", self.worker_id, len(jobs))
+            await self._drain(jobs)
         except asyncio.CancelledError:
-            for run in self._active:
-                # A handler may swallow its cancellation and return: that must not
-                # become an ack. A hard stop leaves every job to its lease.
-                run.stopped = True
-            await jobs.cancel(_CANCEL_GRACE_S)
+            # A hard stop (also during the drain: a second signal): every handler is
+            # cancelled and every job handed back. A handler may swallow its
+            # cancellation and return: that is no ack either.
+            self._give_up("the worker was stopped")
+            await self._reap(jobs)
             raise
-        logger.info("worker %s draining %d in-flight job(s)", self.worker_id, len(jobs))
-        await self._drain(jobs)
         logger.info("worker %s stopped", self.worker_id)
         fatal, self._fatal = self._fatal, None
         if fatal is not None:
@@ -532,8 +602,9 @@ class Worker:
         )
         if not handlers:
             logger.warning(
-                "worker %s has no handlers: every job it reserves is nacked for a later "
-                "retry (register them with @worker.handler(job_type) before run())",
+                "worker %s has no handlers: every job it reserves goes back to wait for a "
+                "worker that has its handler (register them with @worker.handler(job_type) "
+                "before run())",
                 self.worker_id,
             )
 
@@ -541,7 +612,8 @@ class Worker:
         """Await ``awaitable`` against shutdown: ``(result, False)`` when it finished
         (its exception propagates), ``(None, True)`` when shutdown came first (it is
         cancelled). When both finish in the same step the result wins: jobs a reserve
-        returned just as shutdown came are leased to us, so they must be processed."""
+        returned just as shutdown came are leased to us, so they must not be dropped (the
+        drain hands them back)."""
         work = asyncio.ensure_future(awaitable)
         stop = asyncio.ensure_future(self._shutdown.wait())
         try:
@@ -649,9 +721,12 @@ class Worker:
 
     async def _execute(self, run: _Run, span: Any) -> None:
         ctx = run.job.ctx
-        handler = self._handlers.get(ctx.job_type) or self._catch_all
+        handler = self._handler_of(ctx)
         if handler is None:
             await self._nack_unhandled(ctx)
+            return
+        if run.given_up is not None:  # shutdown came before its handler began
+            await self._hand_back(run)
             return
         started = time.monotonic()
         if self._auto_extend:
@@ -659,43 +734,93 @@ class Worker:
         else:
             outcome = await self._handle(run, handler)
         self._events.job_handled(ctx, time.monotonic() - started)
-        reason = _unsettled_reason(run, outcome)
-        if reason is not None:
+        if run.lease_lost:
             # Another delivery may own the job now: settling it could ack someone
             # else's work, so the lease is left to lapse instead.
-            logger.error("job %s not settled: %s (handler cancelled)", ctx.id, reason)
-            _otel.mark_error(span, f"not settled: {reason}")
+            logger.error("job %s not settled: its lease was lost (handler cancelled)", ctx.id)
+            _otel.mark_error(span, "not settled: its lease was lost")
             return
-        if outcome is not None:
-            _otel.mark_error(span, outcome)  # type: ignore[arg-type]
         if _released(ctx):
             # The handler settled the job itself (client.ack/nack on its ctx): a second
             # settle would only meet NOT_FOUND, or worse, another delivery's lease.
             logger.debug("job %s: already settled by its handler", ctx.id)
             return
+        if run.given_up is not None:
+            _otel.mark_error(span, f"handed back: {run.given_up}")
+            await self._hand_back(run)
+            return
+        if outcome is not None:
+            _otel.mark_error(span, outcome)  # type: ignore[arg-type]
         run.settling = True
         await self._settle(ctx, outcome)  # type: ignore[arg-type]
+
+    def _handler_of(self, ctx: JobCtx) -> RegisteredHandler | None:
+        return self._handlers.get(ctx.job_type) or self._catch_all
+
+    async def _hand_back(self, run: _Run) -> None:
+        """Give a job that shutdown gave up on back to its queue at once (a nack with
+        no delay), rather than leave it to its lease. Not on its last attempt, where
+        the nack would dead-letter it: the lease's expiry does that too, but later, and
+        as what it is (``LEASE_EXPIRED``)."""
+        ctx, why = run.job.ctx, str(run.given_up)
+        if _last_attempt(ctx):
+            logger.warning(
+                "job %s (type %r, %s): %s; left to its lease, not handed back, as on its "
+                "last attempt that would dead-letter it",
+                ctx.id,
+                ctx.job_type,
+                _attempts(ctx),
+                why,
+            )
+            return
+        lease = ctx.lease
+        if lease is not None and now_ms() >= lease.known_expiry_ms:
+            # The server has taken it back already (its nack would meet NOT_FOUND, or a
+            # newer attempt's lease).
+            logger.info("job %s not handed back: its lease has expired", ctx.id)
+            return
+        run.settling = True
+        try:
+            nack = self._client.nack(ctx, _HAND_BACK, f"handed back: {why}")
+            dead = await _shielded(nack, _HAND_BACK_S)
+        except LeaseError as error:
+            logger.info("job %s not handed back: its lease is gone already (%s)", ctx.id, error)
+            return
+        except (SeppError, asyncio.TimeoutError) as error:
+            logger.warning(
+                "job %s not handed back (%s); it is redelivered when its lease expires",
+                ctx.id,
+                str(error) or f"no answer within {_HAND_BACK_S:g} s",
+            )
+            return
+        logger.debug(
+            "job %s (type %r, %s) handed back: %s", ctx.id, ctx.job_type, _attempts(ctx), why
+        )
+        if dead:  # the server's max_attempts is lower than the job said
+            _log_dead_letter(ctx, _HAND_BACK, f"handed back: {why}")
 
     async def _handle(self, run: _Run, handler: RegisteredHandler) -> object:
         """Run the handler in this task (a plain def in a thread, awaited here); its
         outcome: None, the exception, or _STOPPED."""
         job = run.job
+        run.began = True
         try:
             if handler.threaded:
-                await self._in_thread(handler, job)
+                await self._in_thread(handler, run)
             else:
                 await handler.fn(job.payload, job.ctx)
         except asyncio.CancelledError:
-            if run.abandoned or run.lease_lost:
+            if run.given_up is not None or run.lease_lost:
                 return _STOPPED  # our own cancellation; the caller's must propagate
             raise
         except Exception as exc:
             return exc
         return None
 
-    async def _in_thread(self, handler: RegisteredHandler, job: Job) -> None:
+    async def _in_thread(self, handler: RegisteredHandler, run: _Run) -> None:
+        job = run.job
         name = f"job {job.ctx.id}: its handler {handler.name}"
-        result = await self.run_in_thread(handler.fn, job.payload, job.ctx, name=name)
+        result = await self._pooled(handler.fn, (job.payload, job.ctx), name, run)
         if inspect.isawaitable(result):
             # A plain def that returned an awaitable (a sync wrapper around an async
             # function): awaited here, once, on the event loop.
@@ -708,7 +833,23 @@ class Worker:
         this way. A thread cannot be cancelled: a cancellation that comes while it
         runs waits for it to return (so the job keeps its slot in max_in_flight until
         then), then propagates; one that comes while it still waits for a free thread
-        stops it from starting. ``name`` names ``fn`` in the warning about that wait."""
+        stops it from starting, and so does a shutdown that hands its job back (see
+        :class:`Worker`). ``name`` names ``fn`` in the warning about that wait."""
+        return await self._pooled(fn, args, name, self._run_of(asyncio.current_task()))
+
+    def _run_of(self, task: asyncio.Task[Any] | None) -> _Run | None:
+        """The job that ``task`` runs, if it is one of this worker's job tasks. Looked
+        up rather than kept per job: only a typed task's thread call needs it."""
+        for run in self._active:
+            if run.task is task:
+                return run
+        return None
+
+    async def _pooled(
+        self, fn: Callable[..., T], args: tuple[Any, ...], name: str, run: _Run | None
+    ) -> T:
+        """:meth:`run_in_thread` for ``run``'s job (whose shutdown may cancel the call
+        while it waits for a thread)."""
         threads = self._threads
         if threads is None:
             threads = self._threads = concurrent.futures.ThreadPoolExecutor(
@@ -717,6 +858,8 @@ class Worker:
         call = contextvars.copy_context().run
         running = threads.submit(call, fn, *args)
         waiter = asyncio.wrap_future(running)
+        if run is not None:
+            run.pending = running  # until it ends: cancelled only while it waits
         try:
             return await asyncio.shield(waiter)
         except asyncio.CancelledError:
@@ -772,16 +915,47 @@ class Worker:
             logger.error("job %s: ack/nack failed (%s); it will be redelivered", ctx.id, error)
 
     async def _nack_unhandled(self, ctx: JobCtx) -> None:
-        if ctx.job_type not in self._unhandled_types:
-            self._unhandled_types.add(ctx.job_type)
-            logger.warning("no handler registered for job_type %r; nacking such jobs", ctx.job_type)
-        delay = min(2 ** min(ctx.attempt, 6), 60)
+        """Hand a job of a type without a handler back, to wait for a worker that has
+        one: the longer, the more attempts it has had."""
+        delay = self._unknown_delay * 2 ** min(max(ctx.attempt - 1, 0), 32)
+        delay = min(delay, self._unknown_delay_cap)
+        self._report_unhandled(ctx, delay)
+        self._events.job_unhandled(ctx)
         directive = RetryDirective.after(delay)
         try:
             if await self._client.nack(ctx, directive, _UNHANDLED_REASON):
                 _log_dead_letter(ctx, directive, _UNHANDLED_REASON)
         except SeppError as error:
             logger.warning("job %s: nack of an unhandled job type failed: %s", ctx.id, error)
+
+    def _report_unhandled(self, ctx: JobCtx, delay: float) -> None:
+        """The ERROR line of a job type without a handler: at its first job, then at
+        most once per ``_UNKNOWN_REPORT_S`` for each queue and type, with the count of
+        its jobs since the line before."""
+        now = time.monotonic()
+        seen = self._unhandled.get((ctx.queue, ctx.job_type))
+        if seen is None:
+            seen = self._unhandled[ctx.queue, ctx.job_type] = _Unhandled()
+        elif now - seen.logged_at < _UNKNOWN_REPORT_S:
+            seen.since += 1
+            return
+        more = f"; {seen.since} more of its jobs since the last such line" if seen.since else ""
+        seen.logged_at, seen.since = now, 0
+        if _last_attempt(ctx):
+            fate = "is on its last attempt: its nack dead-letters it"
+        else:
+            wait = seconds_text(timedelta(seconds=delay))
+            fate = f"goes back to wait {wait} before attempt {ctx.attempt + 1}"
+        logger.error(
+            "no handler for job type %r on queue %r (this worker handles: %s): job %s (%s) %s%s",
+            ctx.job_type,
+            ctx.queue,
+            ", ".join(self._handlers) or "none",
+            ctx.id,
+            _attempts(ctx),
+            fate,
+            more,
+        )
 
     # -- start and stop ---------------------------------------------------------------
 
@@ -850,6 +1024,7 @@ class Worker:
                 f"wait {seconds_text(opts.wait_timeout)} -> {seconds_text(info.max_wait_timeout)}"
             )
             opts.wait_timeout = info.max_wait_timeout
+        self._clamp_unknown_delay(info.max_schedule_horizon, changes)
         if changes:
             self._poll_options.clear()  # made from the values before the clamp
             logger.warning(
@@ -858,25 +1033,86 @@ class Worker:
                 ", ".join(changes),
             )
 
+    def _clamp_unknown_delay(self, horizon: timedelta, changes: list[str]) -> None:
+        """The server shortens a nack's delay to its ``max_schedule_horizon`` (a queue
+        may have a shorter one, which only that queue's nack can meet)."""
+        limit = horizon.total_seconds()
+        if limit <= 0:
+            return
+        self._unknown_delay_cap = min(_UNKNOWN_DELAY_MAX_S, limit)
+        if self._unknown_delay > limit:
+            changes.append(
+                f"unknown_type_delay {seconds_text(timedelta(seconds=self._unknown_delay))} -> "
+                f"{seconds_text(horizon)}"
+            )
+            self._unknown_delay = limit
+
     async def _drain(self, jobs: TaskSet) -> None:
+        handed = self._hand_back_unstarted()
+        if handed:
+            logger.info(
+                "worker %s hands %d job(s) whose handlers had not begun back to their queues",
+                self.worker_id,
+                handed,
+            )
         if not len(jobs) or self._shutdown_timeout is None:
             await jobs.wait()
             return
         await self._extend_in_flight()
         if await jobs.wait(self._shutdown_timeout):
             return
-        stopped = [run for run in self._active if not run.settling]
+        cancelled = self._give_up("shutdown timed out")
         logger.warning(
-            "shutdown timeout (%.3g s) reached: cancelling %d handler(s); their jobs will be "
-            "redelivered",
+            "shutdown timeout (%.3g s) reached: cancelling %d handler(s); their jobs go back "
+            "to their queues",
             self._shutdown_timeout,
-            len(stopped),
+            cancelled,
         )
-        for run in stopped:
-            run.abandoned = True
-            run.stop_handler()
-        if not await jobs.wait(_CANCEL_GRACE_S):
-            logger.error("%d job task(s) ignored cancellation; leaving them behind", len(jobs))
+        await self._reap(jobs)
+
+    def _hand_back_unstarted(self) -> int:
+        """As shutdown begins, give up on the jobs whose handlers have not begun (or
+        wait for a thread): their tasks hand them back instead of running them. A job
+        on its last attempt, which a hand-back would dead-letter, still runs. Returns
+        how many were given up on."""
+        count = 0
+        for run in self._active:
+            ctx = run.job.ctx
+            if run.given_up is not None or _last_attempt(ctx) or self._handler_of(ctx) is None:
+                continue
+            # A thread's call that cancel() stops has not begun, and never will.
+            if not run.began or (run.pending is not None and run.pending.cancel()):
+                run.given_up = "shutdown began before its handler"
+                count += 1
+        return count
+
+    def _give_up(self, why: str) -> int:
+        """Give up on every job in flight but those being settled: cancel the handlers
+        that began; each job goes back to its queue once its handler stopped (see
+        :meth:`_hand_back`). Returns how many handlers were cancelled."""
+        cancelled = 0
+        for run in list(self._active):
+            if run.settling or run.given_up is not None:
+                continue
+            run.given_up = why
+            if run.began:
+                run.stop_handler()
+                cancelled += 1
+        return cancelled
+
+    async def _reap(self, jobs: TaskSet) -> None:
+        """After :meth:`_give_up`: wait for the handlers to stop, then for the
+        hand-backs and settles under way; report the job tasks left behind."""
+        if await jobs.wait(_CANCEL_GRACE_S):
+            return
+        settling = {run.task for run in self._active if run.settling and run.task is not None}
+        if settling:
+            await asyncio.wait(settling, timeout=_HAND_BACK_S)
+        if len(jobs):
+            logger.error(
+                "%d job task(s) ignored cancellation or are still settling; leaving them behind",
+                len(jobs),
+            )
 
     async def _extend_in_flight(self) -> None:
         """Give every in-flight job one more full lease to finish in during the drain."""
@@ -894,7 +1130,11 @@ class Worker:
                 )
                 self._events.lease_extended(run.job.ctx, "failed")
 
-        holding = [run for run in self._active if not (run.settling or _released(run.job.ctx))]
+        holding = [
+            run
+            for run in self._active
+            if not (run.settling or run.given_up is not None or _released(run.job.ctx))
+        ]
         await asyncio.gather(*(extend(run) for run in holding))
 
 
@@ -921,7 +1161,7 @@ class _LeaseKeeper:
 
     def _due(self) -> None:
         self._timer = None
-        if self._stopped or self._run.abandoned or self._lease.released:
+        if self._stopped or self._run.given_up is not None or self._lease.released:
             # Shutdown gave up on the job (its handler ignored that), or the handler
             # settled it already: nothing left to keep.
             return

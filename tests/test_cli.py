@@ -719,6 +719,21 @@ async def test_worker_bad_targets_are_exit_2(
     assert message in last_line(capsys.readouterr().err)
 
 
+async def test_worker_unknown_type_delay_sets_the_wait_of_jobs_it_has_no_handler_for(
+    server: SeppTestServer,
+    client: sepp.SeppClient,
+    worker_module: tuple[str, str],
+    tmp_path: Path,
+) -> None:
+    name, queue = worker_module
+    stray = await client.enqueue(sepp.EnqueueRequest(queue, "stray"))
+    argv = ["worker", f"{name}:make_worker", "--app-dir", str(tmp_path), "--until-idle"]
+    assert await run(*argv, "--addr", server.addr, "--unknown-type-delay", "7.5") == 0
+    job = server.state.job(stray.job_id)
+    assert job is not None and job.state == "scheduled" and job.attempt == 2
+    assert job.due_ms is not None and 5_000 < job.due_ms - server.clock.now_ms() <= 7_500
+
+
 async def test_worker_that_cannot_connect_is_exit_2(
     worker_module: tuple[str, str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

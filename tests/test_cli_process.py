@@ -385,5 +385,7 @@ async def test_worker_second_signal_stops_hard_with_exit_1(
     assert proc.returncode == 1, text
     assert text.rstrip().splitlines()[-1].startswith("error: stopped hard by a second signal")
     assert not (tmp_path / f"done-{job_id}").exists()
-    assert server.counts(queue).in_flight == 1  # left to its lease, never acked
+    # Handed back at once (never acked), long before its lease would have lapsed.
+    assert server.counts(queue) == (1, 0, 0, 0)
+    assert server.state.totals()["lease_expired"] == 0
     assert "Traceback" not in text and SECRET not in text

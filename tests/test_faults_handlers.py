@@ -1,8 +1,9 @@
 """Handlers that misbehave: one that hangs, one that raises, one that swallows
 cancellation, one that raises CancelledError on its own. The worker's rules hold:
-no ack or nack after its lease is lost or after shutdown abandoned the job (the
-server sees none), a bounded shutdown returns on time, the job is redelivered, and
-the worker goes on with other jobs."""
+no ack or nack after its lease is lost (the server sees none); no ack after shutdown
+gave up on the job, which goes back to its queue (a nack with no delay) once its
+handler has stopped, unless its lease has lapsed by then; a bounded shutdown returns
+on time, the job is redelivered, and the worker goes on with other jobs."""
 
 from __future__ import annotations
 
@@ -165,7 +166,7 @@ async def test_a_raising_handler_whose_lease_lapsed_is_fenced_by_the_server(
 
 @pytest.mark.parametrize("auto_extend", [False, True], ids=["plain", "auto-extend"])
 @pytest.mark.parametrize("swallows", [False, True], ids=["hangs", "hangs-and-swallows"])
-async def test_bounded_shutdown_returns_on_time_and_the_job_is_redelivered(
+async def test_bounded_shutdown_returns_on_time_and_the_job_is_handed_back(
     server: SeppTestServer,
     client: sepp.SeppClient,
     caplog: pytest.LogCaptureFixture,
@@ -210,20 +211,22 @@ async def test_bounded_shutdown_returns_on_time_and_the_job_is_redelivered(
     messages = [r.getMessage() for r in caplog.records if r.name == "sepp_lite"]
     assert any("shutdown timeout" in m for m in messages)
     assert any("ignored cancellation" in m for m in messages) is swallows
-    # Nothing settled; the lease was extended once at shutdown (and by the keeper).
-    assert settles(calls, 1) == []
+    # The lease was extended once at shutdown (and by the keeper). A handler that
+    # stopped has its job handed back at once; one that did not, keeps it.
+    assert settles(calls, 1) == ([] if swallows else [("nack", hung_id, 1, "ok")])
     assert ("extend", hung_id, 1, "ok") in calls
-    # The lease lapses and the job is redelivered to the next consumer.
+    # Handed back, or once the lease lapses, the job is redelivered to the next consumer.
     async with connected(server.addr) as other:
         thief = await steal(other, queue)
         assert (thief.ctx.id, thief.ctx.attempt) == (hung_id, 2)
-        # The abandoned handler finally finishes: still no settle for attempt 1.
+        # The abandoned handler finally finishes: still no settle for attempt 1 (its
+        # lease has lapsed: nothing to hand back).
         release.set()
         task = handler_tasks[0]
         assert task is not None
         await asyncio.wait_for(asyncio.gather(task, return_exceptions=True), 5)
         await asyncio.sleep(0.05)
-        assert settles(calls, 1) == []
+        assert settles(calls, 1) == ([] if swallows else [("nack", hung_id, 1, "ok")])
         await other.ack(thief.ctx)
     assert server.counts(queue) == (0, 0, 0, 0)
 
@@ -260,11 +263,11 @@ async def test_a_handler_raising_cancelled_error_itself_leaves_the_job_to_its_le
 
 
 @pytest.mark.parametrize("auto_extend", [False, True], ids=["plain", "auto-extend"])
-async def test_cancelling_run_settles_no_job_even_if_its_handler_swallows_the_cancel(
+async def test_cancelling_run_hands_the_job_back_even_if_its_handler_swallows_the_cancel(
     server: SeppTestServer, client: sepp.SeppClient, auto_extend: bool
 ) -> None:
-    # A hard stop leaves every job in flight to its lease. A handler that swallows
-    # its cancellation and returns must not turn that into an ack.
+    # A hard stop hands every job in flight back. A handler that swallows its
+    # cancellation and returns must not turn that into an ack.
     queue = unique_queue("hardstop")
     calls = record_lease_calls(server)
     job_id = (await client.enqueue(sepp.EnqueueRequest(queue, "t"))).job_id
@@ -291,16 +294,16 @@ async def test_cancelling_run_settles_no_job_even_if_its_handler_swallows_the_ca
         run.cancel()
         await asyncio.gather(run, return_exceptions=True)
     assert returned == [job_id]
-    await asyncio.sleep(0.05)
-    assert settles(calls, 1) == []
-    assert server.counts(queue) == (0, 0, 1, 0)  # still leased, left to expire
+    assert settles(calls, 1) == [("nack", job_id, 1, "ok")]
+    assert server.counts(queue) == (1, 0, 0, 0)  # ready again, its lease (30 s) unspent
 
 
 async def test_cancelling_run_gives_up_on_a_handler_that_keeps_ignoring_it(
     server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A handler that swallows every cancellation cannot be stopped; a hard stop still
-    # returns (after a short grace), reports it, and settles nothing for it.
+    # returns (after a short grace), reports it, and settles nothing for it while it
+    # runs: its job goes back only once it has ended.
     queue = unique_queue("stubborn")
     calls = record_lease_calls(server)
     await client.enqueue(sepp.EnqueueRequest(queue, "t"))
@@ -327,8 +330,9 @@ async def test_cancelling_run_gives_up_on_a_handler_that_keeps_ignoring_it(
             await asyncio.wait_for(asyncio.shield(run), 5)
         assert loop.time() - begun < 2.0
         assert any("ignored cancellation" in r.getMessage() for r in caplog.records)
+        assert settles(calls, 1) == []
+        assert server.counts(queue) == (0, 0, 1, 0)
     finally:
         release.set()  # let the stubborn handler end, so the test leaves nothing behind
-        await asyncio.sleep(0.05)
-    assert settles(calls, 1) == []
-    assert server.counts(queue) == (0, 0, 1, 0)
+    await until(lambda: server.counts(queue) == (1, 0, 0, 0))
+    assert [call[0] for call in settles(calls, 1)] == ["nack"]

@@ -191,6 +191,7 @@ async def test_metrics_count_what_the_worker_did(client: sepp.SeppClient) -> Non
     await enqueue(client, queue, "ok", 5)
     await enqueue(client, queue, "bad", 2)
     await enqueue(client, queue, "flaky", 3)
+    await enqueue(client, queue, "stray", 2)  # no handler: handed back to wait
     async with serve_endpoints(worker, "127.0.0.1:0") as endpoints:
         await worker.run(until_idle=True)
         answer = await get(endpoints.url + "/metrics")
@@ -208,6 +209,8 @@ async def test_metrics_count_what_the_worker_did(client: sepp.SeppClient) -> Non
     assert count("sepp_jobs_processed_total", job_type="bad") == 0
     assert count("sepp_jobs_nacked_total", job_type="bad", outcome="dead_letter") == 2
     assert count("sepp_jobs_nacked_total", job_type="flaky", outcome="retry") == 3
+    assert count("sepp_jobs_unhandled_total", job_type="stray") == 2
+    assert "sepp_jobs_unhandled_total{" + f'job_type="ok",queue="{queue}"' not in text
     assert count("sepp_handler_duration_seconds_count") == 5 + 2 + 6
     assert count("sepp_handler_duration_seconds_bucket", job_type="ok", le="0.25") == 0
     assert count("sepp_handler_duration_seconds_bucket", job_type="ok", le="2.5") == 5

@@ -28,6 +28,7 @@ OTEL_NAMES = {
     "sepp.jobs.in_flight",
     "sepp.reserves.completed",
     "sepp.reserves.failed",
+    "sepp.jobs.unhandled",
 }
 
 
@@ -43,6 +44,7 @@ async def test_metric_names_match_the_otel_instruments() -> None:
         async with await sepp.SeppClient.connect(server.addr) as client:
             await client.enqueue(sepp.EnqueueRequest("declared", "ok"))
             await client.enqueue(sepp.EnqueueRequest("declared", "bad"))
+            await client.enqueue(sepp.EnqueueRequest("declared", "stray"))
             worker = sepp.Worker(client, ["declared"], lease_duration=30)
             failing = sepp.Worker(client, ["undeclared"], lease_duration=30, wait_timeout=1)
 

@@ -40,7 +40,12 @@ ADDED = {
         "check_payload_limit",
         *COALESCING,
     },
-    "Worker.__init__": {"shutdown_timeout", "sync_threads", "wait_for_server"},
+    "Worker.__init__": {
+        "shutdown_timeout",
+        "sync_threads",
+        "wait_for_server",
+        "unknown_type_delay",
+    },
     "Worker.run": {"until_idle"},
     "ConnectError.__init__": {"server_uses_tls"},
 }

@@ -585,7 +585,7 @@ async def test_a_failing_startup_hook_stops_the_worker_before_it_reserves(
 # -- what a tasks worker is --------------------------------------------------------------
 
 
-async def test_unknown_job_types_are_nacked_with_backoff_and_the_start_line_lists_types(
+async def test_unknown_job_types_are_handed_back_to_wait_and_the_start_line_lists_types(
     server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     queue = unique_queue()
@@ -596,16 +596,23 @@ async def test_unknown_job_types_are_nacked_with_backoff_and_the_start_line_list
 
     stranger = await client.enqueue(sepp.EnqueueRequest(queue, "stranger"))
     await known.enqueue(client, Welcome("a"))
-    worker = tasks.worker(client)
+    worker = tasks.worker(client, unknown_type_delay=120)  # a Worker option
     assert isinstance(worker, sepp.Worker) and isinstance(worker, TaskWorker)
     with caplog.at_level(logging.INFO, logger="sepp_lite"):
         await worker.run(until_idle=True)
     view = server.state.job(stranger.job_id)
     assert view is not None and view.state == "scheduled" and view.attempt == 2
+    assert view.due_ms is not None and 100_000 < view.due_ms - server.clock.now_ms() <= 120_000
     assert server.counts(queue).ready == 0
     messages = [record.getMessage() for record in caplog.records]
     assert f"worker {worker.worker_id} serves job types known on queues {queue}" in messages
-    assert "no handler registered for job_type 'stranger'; nacking such jobs" in messages
+    assert any(
+        m.startswith(
+            f"no handler for job type 'stranger' on queue {queue!r} (this worker handles: known)"
+        )
+        and "goes back to wait 120 s" in m
+        for m in messages
+    )
 
 
 async def test_the_worker_metrics_count_tasks_and_unknown_types(
@@ -734,17 +741,20 @@ async def test_the_workers_own_cancellations_are_not_taken_for_timeouts(
             cancelled.append(msg.to)
             raise
 
-    # A bounded shutdown abandons the handler: its job is left to its lease, not nacked.
+    # A bounded shutdown gives up on the handler: its job is handed back (ready again),
+    # not nacked for a timeout.
     first = await slow.enqueue(client, Welcome("drained"))
     worker = tasks.worker(client, shutdown_timeout=0.05)
     run = asyncio.ensure_future(worker.run())
     await asyncio.wait_for(started.wait(), 10)
     worker.shutdown_handle().shutdown()
     await asyncio.wait_for(run, 10)
-    view = server.state.job(first.job_id)
-    assert view is not None and view.state == "in_flight" and view.attempt == 1
+    options = sepp.ReserveOptions([queue], 30, wait_timeout=1)
+    [again] = await client.reserve(options) or []
+    assert (again.ctx.id, again.ctx.attempt) == (first.job_id, 2)
+    await client.ack(again.ctx)
 
-    # A hard stop (run() cancelled) propagates the cancellation and settles nothing.
+    # A hard stop (run() cancelled) propagates the cancellation and hands the job back.
     started.clear()
     second = await slow.enqueue(client, Welcome("stopped"))
     run = asyncio.ensure_future(tasks.worker(client).run())
@@ -753,7 +763,7 @@ async def test_the_workers_own_cancellations_are_not_taken_for_timeouts(
     with pytest.raises(asyncio.CancelledError):
         await run
     view = server.state.job(second.job_id)
-    assert view is not None and view.state == "in_flight"
+    assert view is not None and view.state == "ready" and view.attempt == 2
     assert cancelled == ["drained", "stopped"]
     assert await dead_letters(client, queue) == []
     assert not [r for r in caplog.records if "timed out after" in r.getMessage()]

@@ -8,20 +8,25 @@ import asyncio
 import logging
 import os
 import signal
+from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import Optional
 
 import pytest
 from grpclib.const import Status
 
 import sepp_lite as sepp
-from sepp_lite.testing import Limits, SeppTestServer
+from sepp_lite import worker as worker_module
+from sepp_lite.testing import Limits, ManualClock, SeppTestServer
 from tests.client_helpers import (
     ScriptedServer,
+    connected,
     once_reconnected,
     status_errors,
     unique_queue,
     until,
 )
+from tests.fault_helpers import running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -242,20 +247,135 @@ async def test_base_exceptions_are_not_swallowed(
 # -- unknown job types -------------------------------------------------------------
 
 
-async def test_unknown_job_types_back_off_and_log_once(
+class Unhandled(sepp.WorkerObserver):
+    """Counts ``job_unhandled`` by job type."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, int] = {}
+
+    def job_unhandled(self, ctx: sepp.JobCtx) -> None:
+        self.seen[ctx.job_type] = self.seen.get(ctx.job_type, 0) + 1
+
+
+def unhandled_lines(caplog: pytest.LogCaptureFixture, job_type: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.levelno == logging.ERROR and f"no handler for job type {job_type!r}" in r.getMessage()
+    ]
+
+
+async def test_unknown_job_types_wait_minutes_and_are_reported_once(
     server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     queue = unique_queue()
-    await enqueue(client, queue, "nobody", n=3)
-    worker = sepp.Worker(client, [queue], 10)
-    with caplog.at_level(logging.WARNING, "sepp_lite"):
-        await run_for(worker, lambda: server.counts(queue).scheduled == 3)
-    warnings = [r for r in caplog.records if "no handler registered" in r.getMessage()]
-    assert len(warnings) == 1
-    # Nacked with a 2 s delay (2**attempt): not ready again within a second.
-    assert server.counts(queue) == (0, 3, 0, 0)
-    await asyncio.sleep(0.3)
-    assert server.counts(queue).ready == 0
+    nobody = await enqueue(client, queue, "nobody", n=3)
+    await enqueue(client, queue, "stranger", n=2)
+    worker = sepp.Worker(client, [queue], 10, max_jobs=5)
+    worker.handle("known", lambda payload, ctx: None).handle("other", lambda payload, ctx: None)
+    counted = Unhandled()
+    worker.add_observer(counted)
+    assert worker.unknown_type_delay == 300
+    with caplog.at_level(logging.INFO, "sepp_lite"):
+        await run_for(worker, lambda: server.counts(queue).scheduled == 5)
+    assert server.counts(queue) == (0, 5, 0, 0)
+    # Each waits 5 minutes (by the server's clock) for a worker with its handler.
+    for job_id in nobody:
+        view = server.state.job(job_id)
+        assert view is not None and view.attempt == 2 and view.due_ms is not None
+        assert 299_000 <= view.due_ms - server.clock.now_ms() <= 300_000
+    # One ERROR line per type (within the minute), with the queue and the known types.
+    [line] = unhandled_lines(caplog, "nobody")
+    assert f"on queue {queue!r} (this worker handles: known, other)" in line
+    assert "(attempt 1/3) goes back to wait 300 s before attempt 2" in line
+    assert len(unhandled_lines(caplog, "stranger")) == 1
+    assert counted.seen == {"nobody": 3, "stranger": 2}
+    # The start line lists the types it has.
+    assert any("job types=known,other" in r.getMessage() for r in caplog.records)
+
+
+@pytest.fixture
+async def clocked() -> AsyncIterator[SeppTestServer]:
+    async with SeppTestServer(clock=ManualClock(), dead_letter_retention_ms=3_600_000) as srv:
+        yield srv
+
+
+async def test_an_unknown_type_outlives_15_minutes_of_workers_without_its_handler(
+    clocked: SeppTestServer,
+) -> None:
+    server = clocked
+    queue = unique_queue()
+    async with connected(server.addr) as client:
+        [job_id] = await enqueue(client, queue, "report")
+        lacking = sepp.Worker(client, [queue], 30)
+        lacking.handle("other", lambda payload, ctx: None)
+
+        def waiting(attempt: int) -> bool:
+            view = server.state.job(job_id)
+            return view is not None and view.state == "scheduled" and view.attempt == attempt
+
+        async with running(lacking.run()) as run:
+            await until(lambda: waiting(2))  # its first attempt: 5 minutes
+            await server.advance(299.999)
+            assert waiting(2)
+            await server.advance(0.001)
+            await until(lambda: waiting(3))  # its second: 10 minutes
+            await server.advance(599.999)
+            assert waiting(3)
+            lacking.shutdown_handle().shutdown()
+            await asyncio.wait_for(run, 5)
+        # 15 minutes on, a worker that has the handler runs it, on its last attempt.
+        ran: list[int] = []
+        knowing = sepp.Worker(client, [queue], 30)
+
+        @knowing.handler("report")
+        async def report(payload: object, ctx: sepp.JobCtx) -> None:
+            ran.append(ctx.attempt)
+
+        async with running(knowing.run()) as run:
+            await server.advance(0.001)
+            await until(lambda: server.state.job(job_id) is None)
+            knowing.shutdown_handle().shutdown()
+            await asyncio.wait_for(run, 5)
+    assert ran == [3]
+    assert server.state.dead_letters(queue) == []
+
+
+async def test_unknown_type_delay_grows_to_the_server_horizon_and_repeats_its_line(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A line a minute per type (here a fifth of a second), counting the jobs between.
+    monkeypatch.setattr(worker_module, "_UNKNOWN_REPORT_S", 0.2)
+    queue = unique_queue()
+    async with SeppTestServer(clock=ManualClock(), max_schedule_horizon_ms=25_000) as server:
+        async with connected(server.addr) as client:
+            ids = await enqueue(client, queue, "late", n=3, max_attempts=5)
+            with pytest.raises(ValueError, match="unknown_type_delay"):
+                sepp.Worker(client, [queue], 10, unknown_type_delay=-1)
+            worker = sepp.Worker(client, [queue], 10, unknown_type_delay=timedelta(seconds=10))
+
+            def due_in() -> list[Optional[int]]:
+                views = [server.state.job(job_id) for job_id in ids]
+                now = server.clock.now_ms()
+                return [v.due_ms - now if v and v.due_ms else None for v in views]
+
+            with caplog.at_level(logging.INFO, "sepp_lite"):
+                async with running(worker.run()) as run:
+                    await until(lambda: due_in() == [10_000] * 3)
+                    await asyncio.sleep(0.25)  # the line's minute passes
+                    await server.advance(10)
+                    await until(lambda: due_in() == [20_000] * 3)  # doubled
+                    lines = unhandled_lines(caplog, "late")
+                    await server.advance(20)
+                    await until(lambda: due_in() == [25_000] * 3)  # the server's horizon
+                    worker.shutdown_handle().shutdown()
+                    await asyncio.wait_for(run, 5)
+    assert len(lines) == 2, lines
+    assert lines[0].endswith("(attempt 1/5) goes back to wait 10 s before attempt 2")
+    assert lines[1].endswith(
+        "(attempt 2/5) goes back to wait 20 s before attempt 3; 2 more of its jobs since "
+        "the last such line"
+    )
 
 
 async def test_catch_all_takes_unknown_types(
@@ -410,14 +530,14 @@ async def test_shutdown_waits_for_slow_handlers(
     assert finished == 2 and server.counts(queue) == (0, 0, 0, 0)
 
 
-async def test_bounded_shutdown_cancels_and_leaves_jobs_to_redelivery(
+async def test_bounded_shutdown_cancels_and_hands_the_jobs_back(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
     queue = unique_queue()
     await enqueue(client, queue, "slow", n=2)
     await enqueue(client, queue, "quick")
     cancelled = 0
-    worker = sepp.Worker(client, [queue], 1, max_in_flight=3, shutdown_timeout=0.3)
+    worker = sepp.Worker(client, [queue], 60, max_in_flight=3, shutdown_timeout=0.3)
 
     @worker.handler("slow")
     async def slow(payload: object, ctx: object) -> None:
@@ -440,16 +560,12 @@ async def test_bounded_shutdown_cancels_and_leaves_jobs_to_redelivery(
     await asyncio.wait_for(task, 5)
     assert 0.25 <= loop.time() - begun < 2.0
     assert cancelled == 2
-    # The quick job was acked; the slow ones were neither acked nor nacked.
-    assert server.counts(queue) == (0, 0, 2, 0)
-    # Their leases (extended once at shutdown) lapse and the server redelivers them; the
-    # two leases lapse a moment apart, so a long poll may bring them one at a time.
-    redelivered: list[sepp.Job] = []
-    while len(redelivered) < 2:
-        jobs = await client.reserve(sepp.ReserveOptions([queue], 5, wait_timeout=3, max_jobs=2))
-        assert jobs is not None, redelivered
-        redelivered += jobs
-    assert sorted(j.ctx.attempt for j in redelivered) == [2, 2]
+    # The quick job was acked; the slow ones are ready again at once, long before their
+    # leases (a minute) would have lapsed.
+    assert server.counts(queue) == (2, 0, 0, 0)
+    assert server.state.totals()["lease_expired"] == 0
+    jobs = await client.reserve(sepp.ReserveOptions([queue], 5, wait_timeout=1, max_jobs=2))
+    assert jobs is not None and sorted(j.ctx.attempt for j in jobs) == [2, 2]
 
 
 async def test_cancelling_run_leaves_no_task_behind(
@@ -477,7 +593,7 @@ async def test_cancelling_run_leaves_no_task_behind(
     assert {t for t in leftovers if not t.done()} == set()
 
 
-async def test_jobs_reserved_as_shutdown_comes_are_processed(
+async def test_jobs_reserved_as_shutdown_comes_are_run_or_handed_back(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
     queue = unique_queue()
@@ -494,10 +610,11 @@ async def test_jobs_reserved_as_shutdown_comes_are_processed(
     [job_id] = await enqueue(client, queue, "t")
     handle.shutdown()  # same loop step as the reserve's answer, or just after it
     await asyncio.wait_for(task, 5)
-    if server.counts(queue).ready:  # shutdown won: the job was never leased
-        assert seen == []
-    else:
+    view = server.state.job(job_id)
+    if view is None:  # its handler ran before shutdown came
         assert seen == [job_id] and server.counts(queue) == (0, 0, 0, 0)
+    else:  # never leased (attempt 1), or leased and handed back unrun (attempt 2)
+        assert seen == [] and view.state == "ready"
 
 
 # -- run until idle, server limits, reserve errors ---------------------------------

@@ -72,6 +72,15 @@ def add_parser(commands: Commands, parents: list[argparse.ArgumentParser]) -> No
         "API key or an undeclared queue fails at once",
     )
     parser.add_argument(
+        "--unknown-type-delay",
+        type=non_negative_seconds,
+        default=None,
+        metavar="SECONDS",
+        help="how long a job of a type this worker has no handler for waits for a worker "
+        "that has one before its second attempt, doubled for each further attempt "
+        "(default 300: 5 min, then 10 min, ...; its last attempt dead-letters it)",
+    )
+    parser.add_argument(
         "--log-level",
         default="info",
         choices=["debug", "info", "warning", "error"],
@@ -307,8 +316,9 @@ async def run_worker(worker: Worker, *, until_idle: bool = False) -> int:
             await worker.run(until_idle=until_idle)
         except asyncio.CancelledError:
             print(
-                "error: stopped hard by a second signal; the jobs that were in flight go "
-                "back to their queues when their leases expire",
+                "error: stopped hard by a second signal; the jobs in flight were handed "
+                "back to their queues (one on its last attempt, or whose handler would not "
+                "stop, goes back when its lease expires)",
                 file=sys.stderr,
             )
             return EXIT_REFUSED
@@ -340,6 +350,8 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
         )
         if args.wait_for_server is not None:
             worker.wait_for_server = args.wait_for_server
+        if args.unknown_type_delay is not None:
+            worker.unknown_type_delay = args.unknown_type_delay
         # The worker's client is closed too when a factory made its own: the command
         # owns everything that runs for it.
         stack.push_async_callback(worker.client.close)
