@@ -19,8 +19,9 @@ The first SIGTERM/SIGINT is passed on to every child as SIGTERM (each drains as 
 worker does) and the supervisor exits 0 once all have; a second one kills them (SIGKILL)
 and exits 1. Children treat every signal after the first as the same graceful stop, so a
 signal sent to the whole process group (Ctrl-C in a terminal, systemd's default
-KillMode) is not a hard stop. A child whose status pipe breaks (the supervisor died)
-shuts down gracefully too.
+KillMode) is not a hard stop. A signal is logged once, by the supervisor (a child
+logs the one it is passed at DEBUG). A child whose status pipe breaks (the supervisor
+died) shuts down gracefully too.
 
 With ``--http``, the supervisor serves the endpoints for all of them: ``/livez``
 and ``/readyz`` from the children's heartbeats, ``/metrics`` from prometheus-client's
@@ -264,8 +265,8 @@ class Supervisor:
                 f"worker process {child.slot} {how} at start-up, {child.startup_failures} times "
                 "in a row; giving up (its errors are above)"
             )
+            # Reported once, as the command's last line (`error: ...`), when it exits.
             self._failure = (message, code if code > 0 else 1)
-            logger.error("%s", message)
             self._begin_stop()
             return None
         delay = min(RESTART_DELAY_S * 2.0 ** (child.crashes - 1), RESTART_DELAY_MAX_S)
@@ -490,10 +491,12 @@ def _graceful_signals(handle: ShutdownHandle) -> contextlib.AbstractContextManag
     supervisor decides on a hard stop, with SIGKILL)."""
 
     def on_signal(signum: signal.Signals) -> None:
+        # DEBUG: the supervisor logs the stop of them all, once; each child's own
+        # "draining" and "stopped" lines follow.
         if handle.is_shutdown:
             logger.debug("%s received: already shutting down", signum.name)
             return
-        logger.info("%s received: shutting down gracefully", signum.name)
+        logger.debug("%s received: shutting down gracefully", signum.name)
         handle.shutdown()
 
     return signal_handlers(on_signal)

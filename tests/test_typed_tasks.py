@@ -604,7 +604,9 @@ async def test_unknown_job_types_are_nacked_with_backoff_and_the_start_line_list
     assert view is not None and view.state == "scheduled" and view.attempt == 2
     assert server.counts(queue).ready == 0
     messages = [record.getMessage() for record in caplog.records]
-    assert f"worker {worker.worker_id} serves job types known on queues {queue}" in messages
+    start = f"worker {worker.worker_id} started: queues={queue} job types=known max_in_flight=16 "
+    [line] = [m for m in messages if "job types" in m]  # one start line, the Worker's
+    assert line.startswith(start)
     assert "no handler registered for job_type 'stranger'; nacking such jobs" in messages
 
 

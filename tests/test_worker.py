@@ -183,7 +183,7 @@ async def test_retry_after_delays_the_redelivery(
     assert times[1] - times[0] >= 0.55
 
 
-async def test_other_exceptions_nack_and_are_logged_with_traceback(
+async def test_other_exceptions_nack_and_the_last_attempt_is_logged_with_traceback(
     server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     queue = unique_queue()
@@ -200,13 +200,23 @@ async def test_other_exceptions_nack_and_are_logged_with_traceback(
     async def fine(payload: object, ctx: sepp.JobCtx) -> None:
         done.append(ctx.id)
 
-    with caplog.at_level(logging.ERROR, "sepp_lite"):
+    with caplog.at_level(logging.WARNING, "sepp_lite"):
         await run_for(worker, lambda: server.counts(queue) == (0, 0, 0, 1) and done)
     [record] = await client.drain_dead_letters(queue, 10)
     assert record.cause is sepp.DeadLetterCause.ATTEMPTS_EXHAUSTED
     assert record.last_reason == "handler raised RuntimeError: boom 2"
     logged = [r for r in caplog.records if "handler raised RuntimeError" in r.getMessage()]
-    assert len(logged) == 2 and logged[0].exc_info is not None
+    # The retry: one WARNING, no traceback; the last attempt: one ERROR with it.
+    assert [(r.levelname, bool(r.exc_info)) for r in logged] == [
+        ("WARNING", False),
+        ("ERROR", True),
+    ]
+    retry = logged[0].getMessage()
+    assert retry.endswith(
+        "(type 'boom', attempt 1/2): handler raised RuntimeError: boom 1; "
+        "next attempt after the queue's retry delay"
+    )
+    assert "dead-lettered" in logged[1].getMessage()
 
 
 class Fatal(BaseException):
