@@ -353,7 +353,7 @@ async def test_without_auto_extend_the_lease_lapses(
 
 
 async def test_lost_lease_cancels_the_handler_and_settles_nothing(
-    server: SeppTestServer, client: sepp.SeppClient
+    server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     queue = unique_queue()
     await enqueue(client, queue, "slow")
@@ -374,6 +374,7 @@ async def test_lost_lease_cancels_the_handler_and_settles_nothing(
             cancelled.append(ctx.id)
             raise
 
+    caplog.set_level(logging.INFO, "sepp_lite")
     task = asyncio.ensure_future(worker.run())
     try:
         await asyncio.wait_for(started.wait(), 5)
@@ -391,6 +392,11 @@ async def test_lost_lease_cancels_the_handler_and_settles_nothing(
     finally:
         worker.shutdown_handle().shutdown()
         await asyncio.wait_for(task, 5)
+    # Logged once, by the lease keeper that found it lost.
+    about = [r for r in caplog.records if stolen[0].ctx.id in r.getMessage()]
+    assert [(r.levelname, r.getMessage().split(" (")[0]) for r in about] == [
+        ("ERROR", f"job {stolen[0].ctx.id}: lease lost")
+    ]
 
 
 # -- shutdown ----------------------------------------------------------------------
