@@ -63,6 +63,7 @@ if TYPE_CHECKING:
 __all__ = ["DuplicateHandlerError", "Handler", "HandlerError", "ShutdownHandle", "Worker"]
 
 logger = _log.logger()
+_enter_job = _log.CURRENT_JOB.set
 
 Handler = Callable[[Optional[Payload], JobCtx], Union[Awaitable[None], None]]
 """``async def handler(payload, ctx) -> None``: return to ack, raise to nack. A plain
@@ -690,6 +691,7 @@ class Worker:
 
     async def _execute(self, run: _Run, span: Any) -> None:
         ctx = run.job.ctx
+        _enter_job(ctx)  # this task's own context: what it logs names the job
         handler = self._handlers.get(ctx.job_type) or self._catch_all
         if handler is None:
             await self._nack_unhandled(ctx)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -285,6 +286,28 @@ async def test_until_idle_returns_when_every_child_has(
     assert len(marks(tmp_path, "work-")) == 20
     assert supervisor.text.count(" stopped\n") == 2  # "worker ID stopped", once per child
     assert_clean(supervisor.text)
+
+
+async def test_every_process_writes_json_lines_naming_the_job_of_a_job_s_records(
+    server: SeppTestServer, tmp_path: Path
+) -> None:
+    queue = unique_queue()
+    work = await enqueue(server.addr, queue, "work", 6)
+    bad = await enqueue(server.addr, queue, "bad", 2)
+    argv = [*app(tmp_path, queue), "--addr", server.addr, "--processes", "2", "--until-idle"]
+    async with sepp_lite(*argv, "--log-format", "json") as supervisor:
+        assert await supervisor.exit_code(60) == 0, supervisor.text
+    records = [json.loads(line) for line in supervisor.lines]  # the children's too
+    assert sum(r["logger"] == "sepp_lite.supervisor" for r in records) == 1  # supervising 2
+    assert sum(" started: queues=" in r["message"] for r in records) == 2  # one per child
+    mine = [r for r in records if r["logger"] == "app"]
+    assert sorted(r["job_id"] for r in mine) == sorted(work)
+    for record in mine:
+        assert record["message"] == f"work {record['job_id']}"
+        assert (record["job_type"], record["queue"], record["attempt"]) == ("work", queue, 1)
+    dead = [r for r in records if "dead-lettered" in r["message"]]
+    assert sorted(r["job_id"] for r in dead) == sorted(bad)
+    assert {(r["level"], r["job_type"]) for r in dead} == {("WARNING", "bad")}
 
 
 async def test_a_child_killed_with_sigkill_is_replaced_and_its_job_comes_back(
