@@ -452,20 +452,19 @@ async def test_process_spans_of_failed_and_unhandled_jobs(
     assert status(process["orphan"]) == (StatusCode.UNSET, None)  # nacked for later
     assert status(process["crash"]) == (StatusCode.ERROR, "ValueError: boom")
     assert status(process["give_up"]) == (StatusCode.ERROR, "HandlerError: not today")
-    [(name, attributes), log, dead] = events(process["crash"])
+    [(name, attributes), log] = events(process["crash"])
     assert (name, attributes["exception.type"]) == ("exception", "ValueError")
+    # Its one attempt used up: the nack dead-lettered it, one ERROR saying so and why.
     assert log == (
         "",
         {
             "event.name": "log",
             "log.severity": 17,
-            "log.message": f"job {crash_ack.job_id} (type 'crash', attempt 1/1): "
-            "handler raised ValueError",
+            "log.message": f"job {crash_ack.job_id} dead-lettered: type 'crash', queue "
+            f"{queue!r}, attempt 1/1; its attempts are used up; cause: handler raised "
+            "ValueError: boom",
         },
     )
-    # Its one attempt used up: the nack dead-lettered it, a WARNING of its own.
-    assert dead[1]["log.severity"] == 13
-    assert dead[1]["log.message"].startswith(f"job {crash_ack.job_id} dead-lettered: ")
     [(_, unhandled)] = events(process["orphan"])
     assert unhandled["log.severity"] == 13
     assert "no handler registered for job_type 'orphan'" in unhandled["log.message"]
