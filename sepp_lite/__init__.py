@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import typing
 
+from sepp_lite._log import JsonLogFormatter
 from sepp_lite._version import __version__
 from sepp_lite.client import SeppClient
 from sepp_lite.errors import (
@@ -100,6 +101,7 @@ __all__ = [
     "JobTypeNameTooLong",
     "JobTypeNotAllowed",
     "JobValidationError",
+    "JsonLogFormatter",
     "LeaseError",
     "MalformedJobError",
     "MalformedResponseError",

@@ -177,6 +177,15 @@ def consumer_span(
     return _span("sepp.process", SpanKind.CONSUMER, attributes, links)
 
 
+def current_trace_id() -> str | None:
+    """The trace id (32 hex digits) of the current span when it is valid, else ``None``
+    (always ``None`` without OpenTelemetry): for structured log records."""
+    if not AVAILABLE:
+        return None
+    span_context = otel_trace.get_current_span().get_span_context()
+    return format(span_context.trace_id, "032x") if span_context.is_valid else None
+
+
 def recording_span() -> Any:
     """The current span when it is recording, else ``None`` (always ``None`` without
     OpenTelemetry): where a log record becomes an event (``sepp_lite._log``)."""

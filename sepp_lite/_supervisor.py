@@ -21,8 +21,9 @@ exits 1: each child gets SIGQUIT, which cancels its handlers and hands their job
 their queues, and one still running ``HARD_STOP_S`` later is killed (SIGKILL). Children
 treat every SIGTERM/SIGINT after the first as the same graceful stop, so a signal sent
 to the whole process group (Ctrl-C in a terminal, systemd's default KillMode) is not a
-hard stop. A child whose status pipe breaks (the supervisor died) shuts down gracefully
-too.
+hard stop. A signal is logged once, by the supervisor (a child logs the one it is
+passed at DEBUG). A child whose status pipe breaks (the supervisor died) shuts down
+gracefully too.
 
 With ``--http``, the supervisor serves the endpoints for all of them: ``/livez``
 and ``/readyz`` from the children's heartbeats, ``/metrics`` from prometheus-client's
@@ -273,8 +274,8 @@ class Supervisor:
                 f"worker process {child.slot} {how} at start-up, {child.startup_failures} times "
                 "in a row; giving up (its errors are above)"
             )
+            # Reported once, as the command's last line (`error: ...`), when it exits.
             self._failure = (message, code if code > 0 else 1)
-            logger.error("%s", message)
             self._begin_stop()
             return None
         delay = min(RESTART_DELAY_S * 2.0 ** (child.crashes - 1), RESTART_DELAY_MAX_S)
@@ -509,8 +510,10 @@ def _child_signals(
     task = asyncio.current_task()
 
     def on_signal(signum: signal.Signals) -> None:
+        # DEBUG: the supervisor logs the stop of them all, once; each child's own
+        # "draining" (or hand-back) and "stopped" lines follow.
         if signum == signal.SIGQUIT:
-            logger.warning("SIGQUIT received: stopping now")
+            logger.debug("SIGQUIT received: stopping now")
             stopped_hard.append(True)
             if task is not None:
                 task.cancel()
@@ -518,7 +521,7 @@ def _child_signals(
         if handle.is_shutdown:
             logger.debug("%s received: already shutting down", signum.name)
             return
-        logger.info("%s received: shutting down gracefully", signum.name)
+        logger.debug("%s received: shutting down gracefully", signum.name)
         handle.shutdown()
 
     return signal_handlers(on_signal, (signal.SIGINT, signal.SIGTERM, signal.SIGQUIT))

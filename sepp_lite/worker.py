@@ -13,6 +13,7 @@ import asyncio
 import concurrent.futures
 import contextvars
 import inspect
+import logging
 import os
 import re
 import socket
@@ -62,6 +63,7 @@ if TYPE_CHECKING:
 __all__ = ["DuplicateHandlerError", "Handler", "HandlerError", "ShutdownHandle", "Worker"]
 
 logger = _log.logger()
+_enter_job = _log.CURRENT_JOB.set
 
 Handler = Callable[[Optional[Payload], JobCtx], Union[Awaitable[None], None]]
 """``async def handler(payload, ctx) -> None``: return to ack, raise to nack. A plain
@@ -236,39 +238,78 @@ def _gave_up(error: SeppError, attempts: int, waited: float, bound: float) -> Tr
     return gave_up
 
 
-def _failure(ctx: JobCtx, outcome: BaseException) -> tuple[RetryDirective, str]:
-    """Log a handler's failure (its attempt n/m); the nack it asks for."""
+def _nack_of(outcome: BaseException) -> tuple[RetryDirective, str]:
+    """The nack a handler's failure asks for: its directive, and the reason recorded."""
     if isinstance(outcome, HandlerError):
-        # A retry or a dead letter the handler asked for is the plan working: INFO here,
-        # and the WARNING of a dead letter once the server has confirmed it.
-        logger.info(
-            "job %s (type %r, %s): handler asked for %s: %s",
-            ctx.id,
-            ctx.job_type,
-            _attempts(ctx),
-            outcome.directive.kind,
-            outcome.reason,
-        )
         return outcome.directive, outcome.reason[:_REASON_LIMIT]
-    logger.error(
-        "job %s (type %r, %s): handler raised %s",
-        ctx.id,
-        ctx.job_type,
-        _attempts(ctx),
-        type(outcome).__name__,
-        exc_info=outcome,
-    )
     reason = f"handler raised {type(outcome).__name__}: {outcome}"
     return RetryDirective.DEFAULT, reason[:_REASON_LIMIT]
 
 
-def _log_dead_letter(ctx: JobCtx, directive: RetryDirective, reason: str) -> None:
-    """The one WARNING of a job this worker's nack sent to the dead letters."""
+def _what_failed(outcome: BaseException) -> tuple[str, BaseException | None]:
+    """A failed attempt in words (what the handler raised, with its message), and the
+    exception whose traceback shows where it failed: the exception itself; none for a
+    :class:`HandlerError` raised on purpose; for one raised ``from`` another exception
+    (typed tasks do so for a backoff's retry and for a timeout), that exception, its
+    reason being the words."""
+    if not isinstance(outcome, HandlerError):
+        return _nack_of(outcome)[1], outcome
+    if outcome.__cause__ is None:
+        return f"handler raised {type(outcome).__name__}: {outcome.reason}"[:_REASON_LIMIT], None
+    return outcome.reason[:_REASON_LIMIT], outcome.__cause__
+
+
+def _next_attempt(directive: RetryDirective) -> str:
+    if directive.delay is None:
+        # The queue's own policy decides; its delay is the server's, not told to us.
+        return "next attempt after the queue's retry delay"
+    delay = timedelta(milliseconds=round(directive.delay.total_seconds() * 1000))
+    return f"next attempt in {seconds_text(delay)}"
+
+
+def _traceback_of(error: BaseException | None) -> BaseException | None:
+    """``error`` when it has a traceback to show (one made but never raised has none)."""
+    return error if error is not None and error.__traceback__ is not None else None
+
+
+def _log_nacked(
+    ctx: JobCtx, outcome: BaseException, directive: RetryDirective, reason: str, dead: bool
+) -> None:
+    """The one record of a failed attempt, once the server has answered its nack. A
+    retry is a WARNING without the traceback (a DEBUG logger gets it too); the end of
+    the job is :func:`_log_dead_letter`'s, with the traceback when an exception the
+    handler did not plan for ended its last attempt."""
+    what, error = _what_failed(outcome)
+    if dead:
+        _log_dead_letter(ctx, directive, reason, error)
+        return
+    logger.warning(
+        "job %s (type %r, %s): %s; %s",
+        ctx.id,
+        ctx.job_type,
+        _attempts(ctx),
+        what,
+        _next_attempt(directive),
+        exc_info=_traceback_of(error) if logger.isEnabledFor(logging.DEBUG) else None,
+    )
+
+
+def _unsent(outcome: BaseException | None) -> str:
+    """What a nack that failed was to report (its attempt is logged nowhere else)."""
+    return "" if outcome is None else f"; the attempt had failed: {_what_failed(outcome)[0]}"
+
+
+def _log_dead_letter(
+    ctx: JobCtx, directive: RetryDirective, reason: str, error: BaseException | None = None
+) -> None:
+    """The one record of a job this worker's nack sent to the dead letters: a WARNING,
+    or an ERROR with ``error``'s traceback when an exception caused it."""
     if directive.kind == "dead_letter":
         why = "a permanent failure (HandlerError.permanent), not retried"
     else:
         why = "its attempts are used up"
-    logger.warning(
+    log = logger.warning if error is None else logger.error
+    log(
         "job %s dead-lettered: type %r, queue %r, %s; %s; cause: %s",
         ctx.id,
         ctx.job_type,
@@ -276,6 +317,7 @@ def _log_dead_letter(ctx: JobCtx, directive: RetryDirective, reason: str) -> Non
         _attempts(ctx),
         why,
         reason,
+        exc_info=_traceback_of(error),
     )
 
 
@@ -299,7 +341,7 @@ class Worker:
     ``sync_threads`` threads (default min(32, max_in_flight), started on the first such
     job); anything else raises ``TypeError`` when registered. A handler returning acks
     the job; :class:`HandlerError` nacks it as chosen; any other exception nacks it for
-    the queue's retry (logged with its traceback).
+    the queue's retry (docs/logging.md says what is logged).
 
     A job of a type without a handler (and no catch-all) is handed back to wait for a
     worker that has one: nacked to wait ``unknown_type_delay`` (default 5 min) before its
@@ -721,6 +763,7 @@ class Worker:
 
     async def _execute(self, run: _Run, span: Any) -> None:
         ctx = run.job.ctx
+        _enter_job(ctx)  # this task's own context: what it logs names the job
         handler = self._handler_of(ctx)
         if handler is None:
             await self._nack_unhandled(ctx)
@@ -736,8 +779,8 @@ class Worker:
         self._events.job_handled(ctx, time.monotonic() - started)
         if run.lease_lost:
             # Another delivery may own the job now: settling it could ack someone
-            # else's work, so the lease is left to lapse instead.
-            logger.error("job %s not settled: its lease was lost (handler cancelled)", ctx.id)
+            # else's work, so the lease is left to lapse instead. The lease keeper
+            # logged the loss when it found it.
             _otel.mark_error(span, "not settled: its lease was lost")
             return
         if _released(ctx):
@@ -899,20 +942,28 @@ class Worker:
                 await client.ack(ctx)
                 self._events.job_acked(ctx)
                 return
-            directive, reason = _failure(ctx, outcome)
+            directive, reason = _nack_of(outcome)
             dead = await client.nack(ctx, directive, reason)
             self._events.job_nacked(ctx, dead)
-            if dead:
-                _log_dead_letter(ctx, directive, reason)
         except LeaseError as error:
             logger.error(
                 "job %s: %s (the lease lapsed and the job went back to the queue, or a retried "
-                "call had already settled it)",
+                "call had already settled it)%s",
                 ctx.id,
                 error,
+                _unsent(outcome),
             )
+            return
         except SeppError as error:
-            logger.error("job %s: ack/nack failed (%s); it will be redelivered", ctx.id, error)
+            logger.error(
+                "job %s: %s failed (%s); it will be redelivered%s",
+                ctx.id,
+                "ack" if outcome is None else "nack",
+                error,
+                _unsent(outcome),
+            )
+            return
+        _log_nacked(ctx, outcome, directive, reason, dead)
 
     async def _nack_unhandled(self, ctx: JobCtx) -> None:
         """Hand a job of a type without a handler back, to wait for a worker that has

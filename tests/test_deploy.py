@@ -110,6 +110,7 @@ def test_the_deployment_probes_the_worker_and_outlasts_its_shutdown() -> None:
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": named["name"]}
     # On CPython a process uses one core: as many processes as CPUs requested.
     assert args.processes == int(container["resources"]["requests"]["cpu"])
+    assert args.log_format == "json"  # for the cluster's log pipeline
     assert container["resources"]["limits"]["memory"]
     assert pod["terminationGracePeriodSeconds"] > example_tasks().SHUTDOWN_TIMEOUT + 5
     [key] = [env for env in container["env"] if env["name"] == "SEPP_API_KEY"]

@@ -10,6 +10,7 @@ CI run); tests/test_otel_noop.py covers that case.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Iterator
 from datetime import timedelta
@@ -29,6 +30,7 @@ from sepp_lite import (
     EnqueueAck,
     EnqueueRequest,
     HandlerError,
+    JsonLogFormatter,
     Payload,
     ReserveOptions,
     RetryDirective,
@@ -450,20 +452,19 @@ async def test_process_spans_of_failed_and_unhandled_jobs(
     assert status(process["orphan"]) == (StatusCode.UNSET, None)  # handed back for later
     assert status(process["crash"]) == (StatusCode.ERROR, "ValueError: boom")
     assert status(process["give_up"]) == (StatusCode.ERROR, "HandlerError: not today")
-    [(name, attributes), log, dead] = events(process["crash"])
+    [(name, attributes), log] = events(process["crash"])
     assert (name, attributes["exception.type"]) == ("exception", "ValueError")
+    # Its one attempt used up: the nack dead-lettered it, one ERROR saying so and why.
     assert log == (
         "",
         {
             "event.name": "log",
             "log.severity": 17,
-            "log.message": f"job {crash_ack.job_id} (type 'crash', attempt 1/1): "
-            "handler raised ValueError",
+            "log.message": f"job {crash_ack.job_id} dead-lettered: type 'crash', queue "
+            f"{queue!r}, attempt 1/1; its attempts are used up; cause: handler raised "
+            "ValueError: boom",
         },
     )
-    # Its one attempt used up: the nack dead-lettered it, a WARNING of its own.
-    assert dead[1]["log.severity"] == 13
-    assert dead[1]["log.message"].startswith(f"job {crash_ack.job_id} dead-lettered: ")
     [(_, unhandled)] = events(process["orphan"])
     assert unhandled["log.severity"] == 17
     assert f"no handler for job type 'orphan' on queue {queue!r}" in unhandled["log.message"]
@@ -509,6 +510,25 @@ async def test_a_lost_lease_marks_the_process_span(otel: Telemetry) -> None:
     assert children(otel.spans(), process) == ["sepp.extend"]
     assert otel.span("sepp.extend").status.status_code is StatusCode.ERROR
     assert not server.calls_to("Ack") and not server.calls_to("Nack")
+
+
+async def test_json_log_records_of_a_job_carry_its_span_s_trace_id(
+    otel: Telemetry, client: SeppClient
+) -> None:
+    queue = unique_queue()
+    await client.enqueue(EnqueueRequest(queue, "t", trace_context=TraceContext(REMOTE)))
+    worker = Worker(client, [queue], 30)
+    lines: list[str] = []
+    worker.catch_all(
+        lambda payload, ctx: lines.append(
+            JsonLogFormatter().format(logging.LogRecord("app", 20, "", 0, "in", None, None))
+        )
+    )
+    await run_idle(worker)
+    process = otel.span("sepp.process")  # linked to the producer's, in a trace of its own
+    [line] = lines
+    assert json.loads(line)["trace_id"] == format(process.context.trace_id, "032x")
+    assert REMOTE_TRACE not in line
 
 
 # -- metrics --------------------------------------------------------------------------------

@@ -285,7 +285,7 @@ async def test_worker_processes_3_run_each_slot_once(
     directory, queue = app
     argv = ["worker", "app:tasks", "--addr", server.addr, "--app-dir", str(directory)]
     async with sepp_lite_process(*argv, "--processes", "3") as command:
-        await until(lambda: command.text.count("serves job types") == 3, timeout=30)
+        await until(lambda: command.text.count(" started: queues=") == 3, timeout=30)
         first = datetime.now(UTC)
         await asyncio.sleep(6)
         last = datetime.now(UTC)

@@ -13,6 +13,8 @@ the test's own thread are the client's.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import io
 import logging
 import ssl
 import threading
@@ -188,6 +190,19 @@ async def session(
         await expect(retrying.drain_dead_letters(max_records=1), sepp.TransportError)
 
 
+@contextlib.contextmanager
+def json_lines() -> Iterator[io.StringIO]:
+    """Every record as ``sepp_lite.JsonLogFormatter`` writes it, for the block."""
+    out = io.StringIO()
+    handler = logging.StreamHandler(out)
+    handler.setFormatter(sepp.JsonLogFormatter())
+    logging.getLogger().addHandler(handler)
+    try:
+        yield out
+    finally:
+        logging.getLogger().removeHandler(handler)
+
+
 def localhost(addr: str) -> str:
     return "localhost:" + addr.rsplit(":", 1)[1]
 
@@ -220,7 +235,7 @@ async def test_the_key_appears_in_no_log_repr_exception_or_span(
                 )
                 scripted.script("EnqueueBatch", DROP)
                 scripted.script("DrainDeadLetters", HANG)
-                with capture.installed():
+                with capture.installed(), json_lines() as written:
                     await session(
                         plain.addr, tls.addr, scripted.addr, ca.cert_pem.bytes(), raised, seen
                     )
@@ -241,6 +256,11 @@ async def test_the_key_appears_in_no_log_repr_exception_or_span(
     # The in-process servers log through the same filter (they see the keys too).
     theirs = [r for r in capture.records if r.thread != me]
     assert theirs and [r.getMessage() for r in theirs if record_leaks(capture, r)] == []
+    # The same records as JSON lines, formatted as they were emitted (the jobs' too).
+    lines = written.getvalue().splitlines()
+    assert len(lines) == len(capture.records)
+    assert any('"job_id": ' in line for line in lines)
+    assert [line for line in lines if leaks(line)] == []
 
     kinds = {type(error).__name__ for error in raised}
     assert {

@@ -605,7 +605,9 @@ async def test_unknown_job_types_are_handed_back_to_wait_and_the_start_line_list
     assert view.due_ms is not None and 100_000 < view.due_ms - server.clock.now_ms() <= 120_000
     assert server.counts(queue).ready == 0
     messages = [record.getMessage() for record in caplog.records]
-    assert f"worker {worker.worker_id} serves job types known on queues {queue}" in messages
+    start = f"worker {worker.worker_id} started: queues={queue} job types=known max_in_flight=16 "
+    [line] = [m for m in messages if "job types" in m]  # one start line, the Worker's
+    assert line.startswith(start)
     assert any(
         m.startswith(
             f"no handler for job type 'stranger' on queue {queue!r} (this worker handles: known)"

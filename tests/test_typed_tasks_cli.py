@@ -96,13 +96,13 @@ async def test_worker_serves_a_subset_of_the_tasks_queues(
         "worker", "app:tasks", *common, "--queues", first, "--concurrency", "3", "--until-idle"
     )
     assert code == 0, err
-    assert f"serves job types send_welcome on queues {first}" in err
+    assert f" started: queues={first} job types=send_welcome " in err
     assert "max_in_flight=3" in err
     assert sorted(os.listdir(directory / "marks")) == ["welcome-ada"]
     assert server.counts(second).ready == 1 and server.counts(first).ready == 0
     code, _, err = await sepp_lite("worker", "app:tasks", *common, "--until-idle")
     assert code == 0, err
-    assert f"serves job types send_welcome, send_report on queues {first}, {second}" in err
+    assert f" started: queues={first},{second} job types=send_welcome,send_report " in err
     assert sorted(os.listdir(directory / "marks")) == ["report-weekly", "welcome-ada"]
 
 

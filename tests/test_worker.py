@@ -188,7 +188,7 @@ async def test_retry_after_delays_the_redelivery(
     assert times[1] - times[0] >= 0.55
 
 
-async def test_other_exceptions_nack_and_are_logged_with_traceback(
+async def test_other_exceptions_nack_and_the_last_attempt_is_logged_with_traceback(
     server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     queue = unique_queue()
@@ -205,13 +205,23 @@ async def test_other_exceptions_nack_and_are_logged_with_traceback(
     async def fine(payload: object, ctx: sepp.JobCtx) -> None:
         done.append(ctx.id)
 
-    with caplog.at_level(logging.ERROR, "sepp_lite"):
+    with caplog.at_level(logging.WARNING, "sepp_lite"):
         await run_for(worker, lambda: server.counts(queue) == (0, 0, 0, 1) and done)
     [record] = await client.drain_dead_letters(queue, 10)
     assert record.cause is sepp.DeadLetterCause.ATTEMPTS_EXHAUSTED
     assert record.last_reason == "handler raised RuntimeError: boom 2"
     logged = [r for r in caplog.records if "handler raised RuntimeError" in r.getMessage()]
-    assert len(logged) == 2 and logged[0].exc_info is not None
+    # The retry: one WARNING, no traceback; the last attempt: one ERROR with it.
+    assert [(r.levelname, bool(r.exc_info)) for r in logged] == [
+        ("WARNING", False),
+        ("ERROR", True),
+    ]
+    retry = logged[0].getMessage()
+    assert retry.endswith(
+        "(type 'boom', attempt 1/2): handler raised RuntimeError: boom 1; "
+        "next attempt after the queue's retry delay"
+    )
+    assert "dead-lettered" in logged[1].getMessage()
 
 
 class Fatal(BaseException):
@@ -463,7 +473,7 @@ async def test_without_auto_extend_the_lease_lapses(
 
 
 async def test_lost_lease_cancels_the_handler_and_settles_nothing(
-    server: SeppTestServer, client: sepp.SeppClient
+    server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     queue = unique_queue()
     await enqueue(client, queue, "slow")
@@ -484,6 +494,7 @@ async def test_lost_lease_cancels_the_handler_and_settles_nothing(
             cancelled.append(ctx.id)
             raise
 
+    caplog.set_level(logging.INFO, "sepp_lite")
     task = asyncio.ensure_future(worker.run())
     try:
         await asyncio.wait_for(started.wait(), 5)
@@ -501,6 +512,11 @@ async def test_lost_lease_cancels_the_handler_and_settles_nothing(
     finally:
         worker.shutdown_handle().shutdown()
         await asyncio.wait_for(task, 5)
+    # Logged once, by the lease keeper that found it lost.
+    about = [r for r in caplog.records if stolen[0].ctx.id in r.getMessage()]
+    assert [(r.levelname, r.getMessage().split(" (")[0]) for r in about] == [
+        ("ERROR", f"job {stolen[0].ctx.id}: lease lost")
+    ]
 
 
 # -- shutdown ----------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import signal
@@ -37,6 +38,7 @@ pytestmark = [
 
 WORKER_MODULE = """
 import asyncio
+import logging
 import os
 import pathlib
 import time
@@ -55,6 +57,7 @@ def make_worker(client):
     @worker.handler("work")
     async def work(payload, ctx):
         (MARKS / f"work-{{ctx.id}}-{{os.getpid()}}").touch()
+        logging.getLogger("app").info("work %s", ctx.id)
         await asyncio.sleep(0.02)
 
     @worker.handler("bad")
@@ -285,6 +288,28 @@ async def test_until_idle_returns_when_every_child_has(
     assert_clean(supervisor.text)
 
 
+async def test_every_process_writes_json_lines_naming_the_job_of_a_job_s_records(
+    server: SeppTestServer, tmp_path: Path
+) -> None:
+    queue = unique_queue()
+    work = await enqueue(server.addr, queue, "work", 6)
+    bad = await enqueue(server.addr, queue, "bad", 2)
+    argv = [*app(tmp_path, queue), "--addr", server.addr, "--processes", "2", "--until-idle"]
+    async with sepp_lite(*argv, "--log-format", "json") as supervisor:
+        assert await supervisor.exit_code(60) == 0, supervisor.text
+    records = [json.loads(line) for line in supervisor.lines]  # the children's too
+    assert sum(r["logger"] == "sepp_lite.supervisor" for r in records) == 1  # supervising 2
+    assert sum(" started: queues=" in r["message"] for r in records) == 2  # one per child
+    mine = [r for r in records if r["logger"] == "app"]
+    assert sorted(r["job_id"] for r in mine) == sorted(work)
+    for record in mine:
+        assert record["message"] == f"work {record['job_id']}"
+        assert (record["job_type"], record["queue"], record["attempt"]) == ("work", queue, 1)
+    dead = [r for r in records if "dead-lettered" in r["message"]]
+    assert sorted(r["job_id"] for r in dead) == sorted(bad)
+    assert {(r["level"], r["job_type"]) for r in dead} == {("WARNING", "bad")}
+
+
 async def test_a_child_killed_with_sigkill_is_replaced_and_its_job_comes_back(
     server: SeppTestServer, tmp_path: Path
 ) -> None:
@@ -330,7 +355,10 @@ async def test_sigterm_drains_every_child_and_exits_0(
         assert await supervisor.exit_code() == 0, supervisor.text
     assert all(marks(tmp_path, f"done-{job_id}-1") for job_id in jobs)
     assert server.counts(queue) == (0, 0, 0, 0)  # acked before the children left
-    assert supervisor.text.count("SIGTERM received: shutting down gracefully") == 2
+    # The signal is logged once, by the supervisor; each child logs its own drain.
+    assert supervisor.text.count("SIGTERM") == 1
+    assert "SIGTERM received: stopping the worker processes gracefully" in supervisor.text
+    assert supervisor.text.count(" draining ") == 2 and supervisor.text.count(" stopped\n") == 2
     assert not any(alive(pid) for pid in pids)
     assert_clean(supervisor.text)
 
@@ -383,6 +411,7 @@ async def test_a_child_that_keeps_dying_at_startup_makes_the_supervisor_give_up(
     async with sepp_lite(*argv, "--processes", "2") as supervisor:
         assert await supervisor.exit_code(60) == 2, supervisor.text
     assert supervisor.text.count("error: cannot import 'broken'") >= 5
+    assert supervisor.text.count("giving up") == 1  # the command's last line, only
     assert re.fullmatch(
         r"error: worker process \d exited 2 at start-up, 5 times in a row; "
         r"giving up \(its errors are above\)\n",

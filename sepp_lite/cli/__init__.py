@@ -34,6 +34,7 @@ import sys
 from collections.abc import Iterator, Sequence
 from typing import NoReturn, Optional
 
+from sepp_lite._log import JsonLogFormatter, TextLogFormatter
 from sepp_lite._version import __version__
 from sepp_lite.cli import demo, drain, enqueue, info, periodic, requeue, serve, worker
 from sepp_lite.cli.common import (
@@ -46,8 +47,6 @@ from sepp_lite.cli.common import (
 )
 
 __all__ = ["build_parser", "main", "misplaced_options"]
-
-_LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 
 _EPILOG = """\
 exit status: 0 success; 1 the server refused (a rejected job, a wrong API key, an
@@ -138,7 +137,8 @@ def _logging_for(args: argparse.Namespace) -> Iterator[None]:
     """Logging for one run, undone afterwards (tests call :func:`main` in-process).
 
     One-shot commands keep sepp_lite's logs quiet (they report failures themselves,
-    in one line) unless ``--debug``; ``serve`` and ``worker`` log at ``--log-level``.
+    in one line) unless ``--debug``; ``serve`` and ``worker`` log at ``--log-level``,
+    ``worker`` as text or JSON lines (``--log-format``).
     """
     debug = bool(getattr(args, "debug", False))
     chosen: Optional[str] = getattr(args, "log_level", None)
@@ -149,7 +149,8 @@ def _logging_for(args: argparse.Namespace) -> Iterator[None]:
         library.setLevel(logging.CRITICAL + 1)
     else:
         handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(logging.Formatter(_LOG_FORMAT))
+        json_lines = getattr(args, "log_format", "text") == "json"
+        handler.setFormatter(JsonLogFormatter() if json_lines else TextLogFormatter())
         root.addHandler(handler)
         root.setLevel(getattr(logging, chosen.upper()) if chosen else logging.WARNING)
         library.setLevel(logging.DEBUG if debug else logging.NOTSET)

@@ -86,6 +86,13 @@ def add_parser(commands: Commands, parents: list[argparse.ArgumentParser]) -> No
         choices=["debug", "info", "warning", "error"],
         help="log level of the messages on stderr (default info)",
     )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="text lines, or one JSON object per line with the job's id, type, queue, "
+        "attempt and trace id on the records of a job (default text)",
+    )
     _add_tasks_options(parser)
     _add_worker_deployment(parser)
     parser.set_defaults(handler=_cmd_worker)

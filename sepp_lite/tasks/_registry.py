@@ -357,7 +357,8 @@ class Tasks:
 class TaskWorker(Worker):
     """The Worker :meth:`Tasks.worker` builds: a plain :class:`~sepp_lite.Worker`
     whose handlers are the tasks', and whose ``run()`` runs inside
-    :meth:`Tasks.running` and logs the job types it serves."""
+    :meth:`Tasks.running` (its start line, the Worker's, lists the job types it
+    serves)."""
 
     def __init__(self, tasks: Tasks, client: SeppClient, queues: list[str], *a: Any, **k: Any):
         super().__init__(client, queues, *a, **k)
@@ -376,12 +377,6 @@ class TaskWorker(Worker):
     async def run(self, *, until_idle: bool = False) -> None:
         """As :meth:`Worker.run`, inside the tasks' start-up and shutdown hooks."""
         async with self.tasks.running():
-            logger.info(
-                "worker %s serves job types %s on queues %s",
-                self.worker_id,
-                ", ".join(self.job_types) or "(none)",
-                ", ".join(self.queues),
-            )
             async with scheduler_beside(self.scheduler):
                 await super().run(until_idle=until_idle)
 

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar, Union, overload
 
-from sepp_lite import _log
 from sepp_lite._time import Duration, as_timedelta, seconds_text
 from sepp_lite.tasks._codecs import Codec
 from sepp_lite.tasks._convert import InputError, type_name
@@ -32,8 +31,6 @@ if TYPE_CHECKING:
     from sepp_lite.sync import SeppClient as SyncSeppClient
 
 __all__ = ["Backoff", "Middleware", "Retry", "Task"]
-
-logger = _log.logger()
 
 I = TypeVar("I")  # noqa: E741 - the task's input type, as in the docs
 
@@ -393,16 +390,10 @@ class _Guarded:
             if self._retry is None:
                 raise  # the Worker nacks it for the queue's own retry policy
             delay = _retry_delay(self._retry, ctx.attempt)
-            logger.error(
-                "job %s (%s): handler raised %s; retry in %.3g s",
-                ctx.id,
-                self._job_type,
-                type(exc).__name__,
-                delay,
-                exc_info=exc,
-            )
             reason = f"handler raised {type(exc).__name__}: {exc}"
-            raise HandlerError(reason, Directive.after(delay)) from None
+            # Raised from the exception: the Worker logs the attempt once, naming it,
+            # with its traceback when this was the job's last attempt.
+            raise HandlerError(reason, Directive.after(delay)) from exc
 
     async def _limited(self, call: Awaitable[Any], seconds: float, ctx: JobCtx) -> None:
         """Await ``call`` in this task; after ``seconds`` cancel it and raise the
@@ -420,26 +411,28 @@ class _Guarded:
         timer = asyncio.get_running_loop().call_later(seconds, expire)
         try:
             await call
-        except asyncio.CancelledError:
+        except asyncio.CancelledError as cancelled:
             if not state[0] or _cancelled_by_others(task):
                 raise  # the worker's own cancellation (shutdown, lost lease)
-            raise self._timed_out(seconds, ctx) from None
+            # From the cancellation: its traceback shows where the call was waiting.
+            raise self._timed_out(seconds, ctx) from cancelled
         finally:
             state[1] = True
             timer.cancel()
         if state[0]:  # the call swallowed the cancellation and went on: still too late
             if _cancelled_by_others(task):
                 raise asyncio.CancelledError
-            raise self._timed_out(seconds, ctx)
+            raise self._timed_out(seconds, ctx) from asyncio.TimeoutError()
 
     def _timed_out(self, seconds: float, ctx: JobCtx) -> HandlerError:
+        """The nack of a timed-out attempt; the Worker logs it (raised from what timed
+        out, so that it is logged as a failure the handler did not plan for)."""
         last = ctx.attempt >= ctx.max_attempts > 0
         limit = seconds_text(timedelta(seconds=seconds))
         if last:
             reason = f"timed out after {limit} on its last attempt ({ctx.attempt})"
         else:
             reason = f"timed out after {limit} (attempt {ctx.attempt} of {ctx.max_attempts})"
-        logger.warning("job %s (%s): %s; handler cancelled", ctx.id, self._job_type, reason)
         if self._retry is None:
             return HandlerError(reason, Directive.DEFAULT)
         return HandlerError(reason, Directive.after(_retry_delay(self._retry, ctx.attempt)))
