@@ -37,7 +37,15 @@ class Lease:
     that the lease is gone (NOT_FOUND, attempt mismatch), whoever sent it: the handler
     through any client, or the worker. The worker then settles nothing more for it."""
 
-    __slots__ = ("_attempt", "_client", "_job_id", "_known_expiry_ms", "_released", "_worker_id")
+    __slots__ = (
+        "_attempt",
+        "_client",
+        "_job_id",
+        "_known_expiry_ms",
+        "_released",
+        "_settling",
+        "_worker_id",
+    )
 
     def __init__(
         self,
@@ -53,6 +61,7 @@ class Lease:
         self._worker_id = worker_id
         self._known_expiry_ms = expires_at_ms
         self._released = False
+        self._settling = 0  # acks and nacks of this delivery on their way
 
     @property
     def worker_id(self) -> str | None:
@@ -74,6 +83,18 @@ class Lease:
     def mark_released(self) -> None:
         """Record that the lease is no longer held: settled, or lost."""
         self._released = True
+
+    @property
+    def settling(self) -> bool:
+        """Whether an ack or nack of this delivery is on its way: the worker's lease
+        keeper does not extend a lease whose fate the answer decides."""
+        return self._settling > 0
+
+    def settle_started(self) -> None:
+        self._settling += 1
+
+    def settle_ended(self) -> None:
+        self._settling -= 1
 
     async def extend(self, by: Duration) -> datetime:
         """Extend the lease to ``by`` from now; return (and remember) the new expiry."""

@@ -527,11 +527,17 @@ class SeppClient:
     async def _release(self, method: str, request: bytes, ctx: JobCtx) -> bytes:
         """An Ack or Nack call; the delivery's lease is marked released once the server
         answered it or said the lease is gone, so a Worker never settles it again."""
+        lease = ctx.lease
+        if lease is not None:
+            lease.settle_started()
         try:
             data = await self._rpc(method, request, kind="lease")
         except errors.LeaseError:
             _mark_released(ctx)
             raise
+        finally:
+            if lease is not None:
+                lease.settle_ended()
         _mark_released(ctx)
         return data
 

@@ -1216,6 +1216,11 @@ class _LeaseKeeper:
             # Shutdown gave up on the job (its handler ignored that), or the handler
             # settled it already: nothing left to keep.
             return
+        if self._lease.settling:
+            # The handler's ack or nack is on its way: its answer decides the lease, and
+            # an extension meanwhile would only meet NOT_FOUND (or keep a nacked job).
+            self._again()
+            return
         self._extending = self._worker._extensions.spawn(self._extend())
 
     def stop(self) -> None:

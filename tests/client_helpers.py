@@ -209,11 +209,18 @@ class NoReply:
     """A step that ends the call with status OK but no response message."""
 
 
+@dataclass
+class Late:
+    """A step that gives the default answer ``seconds`` after the request came."""
+
+    seconds: float
+
+
 HANG = Hang()
 DROP = Drop()
 NO_REPLY = NoReply()
 
-Step = Union[bytes, GRPCError, Hang, Drop, NoReply, Callable[[bytes], bytes]]
+Step = Union[bytes, GRPCError, Hang, Drop, NoReply, Late, Callable[[bytes], bytes]]
 
 
 @dataclass
@@ -360,6 +367,9 @@ class ScriptedService:
             if isinstance(step, NoReply):
                 await stream.send_trailing_metadata()
                 return
+            if isinstance(step, Late):
+                await asyncio.sleep(step.seconds)
+                step = default_reply(method, request)
             reply = step if isinstance(step, bytes) else step(request)
             await stream.send_message(reply)
 

@@ -17,7 +17,14 @@ from grpclib.exceptions import GRPCError
 import sepp_lite as sepp
 from sepp_lite.testing import SeppTestServer
 from sepp_lite.worker import Handler
-from tests.client_helpers import JOB_ID, ScriptedServer, job_record, reserve_reply, unique_queue
+from tests.client_helpers import (
+    JOB_ID,
+    Late,
+    ScriptedServer,
+    job_record,
+    reserve_reply,
+    unique_queue,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -202,3 +209,15 @@ async def test_in_process_server_one_settle_and_a_second_user_ack_still_raises(
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
     skipped = [r for r in caplog.records if "already settled by its handler" in r.getMessage()]
     assert len(skipped) == 3 and all(r.levelno == logging.DEBUG for r in skipped)
+
+
+async def test_with_a_lease_keeper_nothing_is_extended_while_the_handler_s_ack_is_on_its_way(
+    scripted: ScriptedServer,
+) -> None:
+    # The server answers the handler's Ack 0.3 s late: a keeper extending every 20 ms
+    # must wait for that answer (which decides the lease), not extend meanwhile.
+    scripted.script("Ack", Late(0.3))
+    records = await run_one_job(scripted, acks_itself, auto_extend_interval=0.02)
+    assert settles(scripted) == ["Ack"]
+    assert [c.method for c in scripted.calls].count("Extend") == 0
+    assert [r.getMessage() for r in records if r.levelno >= logging.WARNING] == []
