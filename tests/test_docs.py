@@ -133,6 +133,23 @@ def test_getting_started_runs_the_files_it_asks_to_save() -> None:
     assert all(not block.runs for block in saved)  # they run as the commands, once
 
 
+def test_getting_started_leads_with_a_typed_task() -> None:
+    """The first screen (the first 60 lines) has a task, its producer and its worker;
+    the raw API (EnqueueRequest and Payload) comes after them, in a section of its own."""
+    text = (DOCS / "getting-started.md").read_text(encoding="utf-8")
+    lines = text.splitlines()
+    first_screen = "\n".join(lines[:60])
+    assert "@tasks.task" in first_screen and ".enqueue(client, " in first_screen
+    python = [block for block in BLOCKS["getting-started.md"] if block.lang == "python"]
+    assert [block.file for block in python[:3]] == ["welcome.py", "producer.py", "worker.py"]
+    assert "tasks.worker(client)" in python[2].text
+    assert all("EnqueueRequest" not in block.text for block in python[:3])
+    raw = [block for block in python if "EnqueueRequest(" in block.text]
+    assert raw and {block.section for block in raw} == {
+        "The raw API: bytes, and code written for sepp-py"
+    }
+
+
 def test_the_block_reader_marks_files_that_a_command_runs(tmp_path: Path) -> None:
     text = "<!-- file: a.py -->\n```python\nprint(1)\n```\n\n```console\n$ python a.py\n```\n"
     path = tmp_path / "page.md"
@@ -152,6 +169,7 @@ def test_what_moved_from_the_readme_is_on_the_site() -> None:
     assert not [page for page in PAGES if from_index.search(text[page])]
     prose = " ".join(text["getting-started.md"].split())
     assert "sepp_lite is not published on PyPI yet" in prose
+    assert prose.count("PyPI") == 1  # the Install section says it once
     # The life cycle has a picture and the same in words.
     assert "(img/lifecycle.svg)" in text["concepts.md"] and "dead-lettered" in text["concepts.md"]
     ET.parse(DOCS / "img" / "lifecycle.svg")
