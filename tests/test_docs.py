@@ -9,13 +9,15 @@ with one first job (tests/test_readme.py).
 
 None of this needs MkDocs: `make docs` builds the site (strictly) in a venv of its own.
 The benchmark chart's generator (docs/_gen/bench_chart.py, standard library only) is
-tested here too.
+tested here too, and so are the API reference's completeness (every public name has an
+entry) and its signatures (as griffe reads them with the site's extensions).
 """
 
 from __future__ import annotations
 
 import importlib
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -251,8 +253,39 @@ def test_the_table_says_what_the_chart_shows(chart: ModuleType, results: dict[st
         assert f"| {workload['sepp_lite_cpu_us']:.1f} |" in row
         assert f"| {workload['pair_ratio_median']:.2f}× |" in row
     assert results["machine"]["date"] in table
+
+
+def test_the_benchmarks_page_shows_the_last_run_without_a_build(
+    chart: ModuleType, results: dict[str, Any]
+) -> None:
+    """The page reads the same in the repository as on the site: its chart is a
+    committed file and its tables are in the Markdown, both as the generator makes
+    them from bench/results/latest.json (`make bench` rewrites them)."""
     page = (DOCS / "benchmarks.md").read_text(encoding="utf-8")
-    assert "(img/bench.svg)" in page and "<!-- bench-table -->" in page
+    assert "](img/bench.svg)" in page
+    assert (DOCS / "img" / "bench.svg").read_text(encoding="utf-8") == chart.svg(results)
+    assert chart.TABLE_START in page and chart.TABLE_END in page
+    assert page == chart.with_tables(page, results)
+    assert chart.markdown_tables(results) in page
+
+
+def test_the_update_rewrites_the_chart_and_only_the_tables(
+    chart: ModuleType, tmp_path: Path
+) -> None:
+    data = tmp_path / "latest.json"
+    results = chart.load(ROOT / "bench" / "results" / "latest.json")
+    results["workloads"][0]["pair_ratio_median"] = 0.123
+    data.write_text(json.dumps(results), encoding="utf-8")
+    page = tmp_path / "benchmarks.md"
+    page.write_text(f"# B\n\nabove\n\n{chart.TABLE_START}\nSTALE\n{chart.TABLE_END}\n\nbelow\n")
+    svg = tmp_path / "bench.svg"
+    chart.update(data, svg, page)
+    assert svg.read_text(encoding="utf-8") == chart.svg(results)
+    text = page.read_text(encoding="utf-8")
+    assert text.startswith("# B\n\nabove\n\n") and text.endswith("\n\nbelow\n")
+    assert "STALE" not in text and "| 0.12× |" in text
+    chart.update(data, svg, page)
+    assert page.read_text(encoding="utf-8") == text  # idempotent
 
 
 def test_the_chart_script_writes_the_svg(chart: ModuleType, tmp_path: Path) -> None:
