@@ -177,6 +177,24 @@ def test_what_moved_from_the_readme_is_on_the_site() -> None:
     ET.parse(DOCS / "img" / "lifecycle.svg")
 
 
+def test_search_works_from_disk_without_a_network() -> None:
+    """Material's offline plugin puts the search index in a script (a page opened as a
+    file cannot fetch JSON) and runs the search worker through iframe-worker's shim,
+    which mkdocs.yml takes from this repository, not from the plugin's default CDN; the
+    home page says how to read the site."""
+    text = MKDOCS_YML.read_text(encoding="utf-8")
+    plugins = text[text.index("\nplugins:\n") :]
+    assert re.search(r"^  - offline$", plugins, re.MULTILINE)
+    listed = re.search(r"^extra:\n(?:  .*\n)*?  polyfills:\n((?:    - \S+\n)+)", text, re.M)
+    assert listed is not None
+    polyfills = re.findall(r"- (\S+)", listed.group(1))
+    assert polyfills and all("iframe-worker" in path for path in polyfills)
+    for path in polyfills:
+        assert "://" not in path and (DOCS / path).is_file(), path
+    index = " ".join((DOCS / "index.md").read_text(encoding="utf-8").split())
+    assert "open `site/index.html` from disk" in index and "make docs-serve" in index
+
+
 # -- the benchmark chart ---------------------------------------------------------------
 
 
