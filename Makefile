@@ -83,8 +83,10 @@ dist:
 	$(PY) -m pip wheel -q --no-deps --wheel-dir $(DIST) .
 	@ls $(DIST)/*.whl
 
+# ... and the chart and tables of docs/benchmarks.md from its bench/results/latest.json.
 bench: install
 	$(PY) bench/run.py $(BENCH_ARGS)
+	$(PY) docs/_gen/bench_chart.py --update
 
 # This tree against sepp_lite at an earlier commit, alternating, every sepp_lite
 # workload (AGAINST=04c66af; BENCH_ARGS="--workloads worker,enqueue64 --rounds 3").

@@ -92,7 +92,9 @@ _MS = timedelta(milliseconds=1)
 # -- schedules ---------------------------------------------------------------------------
 
 
-class _Schedule(Protocol):
+class Schedule(Protocol):
+    """When a periodic job's slots fall: ``every=``'s or ``cron=``'s."""
+
     def slots_after(self, after_ms: int) -> Iterator[int]:
         """The slots strictly after ``after_ms``, ascending (epoch ms)."""
         ...
@@ -234,7 +236,7 @@ class PeriodicJob:
         self.queue = queue
         if every is not None and tz is not None:
             raise ValueError("tz applies to cron= only: every= counts from the epoch in UTC")
-        self.schedule: _Schedule
+        self.schedule: Schedule
         if cron is not None:
             self.schedule = _Cron(cron, tz)
         else:

@@ -334,7 +334,10 @@ def unrun_blocks(blocks: Iterable[Block]) -> list[str]:
 
 # Where an example names its queues: EnqueueRequest("q", ...) or queue="q", a Worker's
 # or ReserveOptions' list, and the command line's QUEUE and --queue.
-_ONE_QUEUE = re.compile(r'EnqueueRequest\(\s*(?:queue=)?"([^"]+)"')
+# A queue named by a request, by a task registry or by one task.
+_ONE_QUEUE = re.compile(
+    r'(?:EnqueueRequest\(\s*(?:queue=)?|Tasks\(\s*queue=|\.task\([^()]*?\bqueue=)"([^"]+)"'
+)
 _QUEUE_LIST = re.compile(r"(?:Worker\(\s*client,\s*|ReserveOptions\(\s*)\[([^\]]*)\]")
 _CLI_QUEUES = re.compile(r"sepp-lite (?:enqueue|drain-dead-letters)(?: --\S+)* (?!-)(\S+)")
 _CLI_QUEUE_OPTION = re.compile(r"--queue (\S+)")

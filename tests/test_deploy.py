@@ -65,13 +65,26 @@ def worker_args(argv: list[str]) -> Any:
 # -- Kubernetes -------------------------------------------------------------------------
 
 
-def manifests() -> list[dict[str, Any]]:
+def all_manifests() -> list[dict[str, Any]]:
     import yaml
 
     docs: list[dict[str, Any]] = []
     for path in sorted((DEPLOY / "kubernetes").glob("*.yaml")):
         docs.extend(doc for doc in yaml.safe_load_all(path.read_text()) if doc)
     return docs
+
+
+def is_keda(doc: dict[str, Any]) -> bool:
+    return str(doc.get("apiVersion", "")).startswith("keda.sh/")
+
+
+def manifests() -> list[dict[str, Any]]:
+    """The built-in kinds, which kubernetes-validate knows."""
+    return [doc for doc in all_manifests() if not is_keda(doc)]
+
+
+def keda_manifests(kind: str) -> list[dict[str, Any]]:
+    return [doc for doc in all_manifests() if is_keda(doc) and doc["kind"] == kind]
 
 
 @pytest.fixture
@@ -119,6 +132,224 @@ def test_the_deployment_probes_the_worker_and_outlasts_its_shutdown() -> None:
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     [mount] = [m for m in container["volumeMounts"] if m["mountPath"] == "/tmp"]
     assert any(v["name"] == mount["name"] and "emptyDir" in v for v in pod["volumes"])
+
+
+# -- KEDA -------------------------------------------------------------------------------
+#
+# KEDA's kinds are custom resources, which kubernetes-validate does not know: they are
+# checked against the openAPIV3Schema of KEDA's CRDs (tests/keda/, from KEDA v2.20.2),
+# strictly, as kubectl's server-side field validation would. A trigger's metadata is a
+# map of strings there, so its keys are checked against the parameters the scalers
+# read (KEDA v2.20.2: pkg/scalers/prometheus_scaler.go, metrics_api_scaler.go and
+# authentication/authentication_types.go, their `keda:"name=..."` tags).
+
+KEDA_SCHEMAS = ROOT / "tests" / "keda"
+TRIGGER_PARAMETERS = {
+    "prometheus": {
+        "required": {"serverAddress", "query", "threshold"},
+        "optional": {
+            "queryParameters", "activationThreshold", "namespace", "customHeaders",
+            "ignoreNullValues", "unsafeSsl", "awsRegion", "timeout", "identityOwner",
+            "authModes", "authMode",
+        },
+    },
+    "metrics-api": {
+        "required": {"url", "valueLocation", "targetValue"},
+        "optional": {
+            "activationTargetValue", "format", "unsafeSsl", "timeout", "aggregationType",
+            "aggregateFromKubeServiceEndpoints", "authModes", "authMode", "apiKey", "method",
+            "keyParamName",
+        },
+    },
+}  # fmt: skip
+# The bearer token's names among a TriggerAuthentication's parameters.
+BEARER_PARAMETERS = {"bearerToken", "token"}
+# The sepp server's OpenTelemetry gauges (src/metrics.rs, u64 observable gauges without
+# a unit) as opentelemetry-prometheus 0.32 names them: each character that Prometheus
+# does not allow becomes "_"; a unit would add a suffix (none here); "_total" is only
+# for counters (monotonic sums).
+GAUGES = {"sepp.queue.ready": "sepp_queue_ready", "sepp.queue.inflight": "sepp_queue_inflight"}
+
+
+def strict(schema: Any) -> Any:
+    """kubectl's strict field validation: an object schema with properties takes no
+    others, unless it says otherwise (additionalProperties, or
+    x-kubernetes-preserve-unknown-fields)."""
+    if isinstance(schema, list):
+        return [strict(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {key: strict(value) for key, value in schema.items()}
+    if "properties" in out and "additionalProperties" not in out:
+        if not out.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False
+    return out
+
+
+def keda_validator(kind: str) -> Any:
+    import jsonschema
+    import yaml
+
+    schema = yaml.safe_load((KEDA_SCHEMAS / f"{kind.lower()}.yaml").read_text())
+    return jsonschema.Draft7Validator(strict(schema))
+
+
+def keda_errors(doc: dict[str, Any]) -> list[str]:
+    """What is wrong with a KEDA manifest: its schema's errors, then its triggers'."""
+    errors = [e.message for e in keda_validator(doc["kind"]).iter_errors(doc)]
+    if doc.get("apiVersion") != "keda.sh/v1alpha1":
+        errors.append(f"apiVersion {doc.get('apiVersion')!r} is not keda.sh/v1alpha1")
+    for trigger in doc.get("spec", {}).get("triggers", []) if doc["kind"] == "ScaledObject" else []:
+        known = TRIGGER_PARAMETERS.get(trigger["type"])
+        if known is None:
+            errors.append(f"trigger type {trigger['type']!r} is not checked here")
+            continue
+        keys = set(trigger["metadata"])
+        errors += [f"{trigger['type']}: missing {k}" for k in known["required"] - keys]
+        unknown = keys - known["required"] - known["optional"]
+        errors += [f"{trigger['type']}: unknown parameter {k}" for k in sorted(unknown)]
+    return errors
+
+
+@pytest.fixture
+def jsonschema_available() -> None:
+    if PYPY:
+        pytest.skip("jsonschema comes with kubernetes-validate, which PyPy 3.9 cannot install")
+
+
+@pytest.mark.usefixtures("jsonschema_available")
+def test_the_keda_manifests_match_keda_s_schemas() -> None:
+    scaled = keda_manifests("ScaledObject")
+    auths = keda_manifests("TriggerAuthentication")
+    assert len(scaled) == 2 and len(auths) == 1  # on the gauges, on the admin API
+    for doc in scaled + auths:
+        assert keda_errors(doc) == [], doc["metadata"]["name"]
+    # The checks catch mistakes: a misspelt field, a misspelt or missing trigger
+    # parameter, a TriggerAuthentication's secret without its key.
+    broken = copy.deepcopy(scaled[0])
+    broken["spec"]["minReplicas"] = broken["spec"].pop("minReplicaCount")
+    assert any("minReplicas" in error for error in keda_errors(broken))
+    broken = copy.deepcopy(scaled[0])
+    metadata = broken["spec"]["triggers"][0]["metadata"]
+    metadata["treshold"] = metadata.pop("threshold", None) or metadata.pop("targetValue")
+    assert {e.split(": ", 1)[1].split()[0] for e in keda_errors(broken)} == {"missing", "unknown"}
+    broken = copy.deepcopy(auths[0])
+    del broken["spec"]["secretTargetRef"][0]["key"]
+    assert any("'key' is a required property" in error for error in keda_errors(broken))
+
+
+def worker_deployment() -> tuple[dict[str, Any], Any]:
+    [deployment] = manifests()
+    [container] = deployment["spec"]["template"]["spec"]["containers"]
+    return deployment, worker_args(container["args"])
+
+
+def capacity() -> int:
+    """What one pod of worker.yaml handles at once: its processes times each one's
+    max_in_flight (the example worker's)."""
+    _, args = worker_deployment()
+    return int(args.processes) * int(example_tasks().MAX_IN_FLIGHT)
+
+
+def target(trigger: dict[str, Any]) -> str:
+    return str(trigger["metadata"].get("threshold") or trigger["metadata"]["targetValue"])
+
+
+def activation(trigger: dict[str, Any]) -> str:
+    metadata = trigger["metadata"]
+    return str(metadata.get("activationThreshold", metadata.get("activationTargetValue")))
+
+
+def test_the_scaled_objects_scale_the_worker_by_a_pod_s_capacity() -> None:
+    if PYPY:
+        pytest.skip("PyYAML comes with kubernetes-validate, which PyPy 3.9 cannot install")
+    deployment, _ = worker_deployment()
+    scaled_objects = keda_manifests("ScaledObject")
+    assert scaled_objects
+    for scaled in scaled_objects:
+        ref = scaled["spec"]["scaleTargetRef"]
+        assert ref["name"] == deployment["metadata"]["name"]
+        assert ref.get("kind", "Deployment") == "Deployment"
+        assert scaled["spec"]["maxReplicaCount"] >= scaled["spec"].get("minReplicaCount", 0)
+        for trigger in scaled["spec"]["triggers"]:
+            assert target(trigger) == str(capacity())  # jobs / capacity = pods
+            assert activation(trigger) == "0"  # one job wakes a pod
+
+
+def queue_selector(queues: list[str]) -> str:
+    return f'queue="{queues[0]}"' if len(queues) == 1 else f'queue=~"{"|".join(queues)}"'
+
+
+def test_the_prometheus_trigger_adds_the_gauges_of_the_worker_s_queues() -> None:
+    if PYPY:
+        pytest.skip("PyYAML comes with kubernetes-validate, which PyPy 3.9 cannot install")
+    [trigger] = [
+        t for s in keda_manifests("ScaledObject") for t in s["spec"]["triggers"]
+        if t["type"] == "prometheus"
+    ]  # fmt: skip
+    query = trigger["metadata"]["query"]
+    assert set(re.findall(r"\bsepp_\w+", query)) == set(GAUGES.values())
+    for otel, prometheus in GAUGES.items():
+        assert re.sub(r"[^A-Za-z0-9_:]", "_", otel) == prometheus
+        # Each gauge is summed over the worker's queues, and empty counts as 0.
+        [selector] = re.findall(rf"sum\({prometheus}\{{([^}}]*)\}}\) or vector\(0\)", query)
+        assert selector == queue_selector(example_tasks().QUEUES)
+    assert re.search(r"\)\s*\+\s*\(", query)  # ready + inflight
+
+
+def test_the_metrics_api_triggers_read_the_worker_s_queue_as_a_viewer() -> None:
+    if PYPY:
+        pytest.skip("PyYAML comes with kubernetes-validate, which PyPy 3.9 cannot install")
+    [auth] = keda_manifests("TriggerAuthentication")
+    [secret] = auth["spec"]["secretTargetRef"]
+    assert secret["parameter"] in BEARER_PARAMETERS
+    triggers = [
+        t for s in keda_manifests("ScaledObject") for t in s["spec"]["triggers"]
+        if t["type"] == "metrics-api"
+    ]  # fmt: skip
+    [queue] = example_tasks().QUEUES
+    assert [t["metadata"]["valueLocation"] for t in triggers] == [
+        "depths.ready",
+        "depths.inflight",
+    ]
+    for trigger in triggers:
+        metadata = trigger["metadata"]
+        assert metadata["url"].startswith("https://")  # the key is a bearer token
+        assert metadata["url"].endswith(f":9465/admin/api/v1/queues/{queue}")
+        assert metadata["format"] == "json" and metadata["authMode"] == "bearer"
+        assert trigger["authenticationRef"] == {"name": auth["metadata"]["name"]}
+
+
+def test_a_worker_scaled_to_zero_keeps_no_periodic_schedule() -> None:
+    """At zero replicas nothing enqueues periodic slots, so nothing would ever wake the
+    worker: a ScaledObject may go to zero only for a worker that schedules nothing."""
+    if PYPY:
+        pytest.skip("PyYAML comes with kubernetes-validate, which PyPy 3.9 cannot install")
+    _, args = worker_deployment()
+    tasks = example_tasks()
+    periodic = [v for v in vars(tasks).values() if isinstance(v, sepp.Tasks) and v.periodic_jobs]
+    scaled_objects = keda_manifests("ScaledObject")
+    assert scaled_objects
+    for scaled in scaled_objects:
+        if scaled["spec"].get("minReplicaCount", 0) == 0:
+            assert not args.periodic or not periodic
+
+
+def test_the_production_page_explains_autoscaling_and_queue_depth() -> None:
+    """docs/production.md has the recipe's reasons: the query and its gauges, the
+    activation threshold, scale to zero and periodic schedules; and where a queue's
+    depth can be read, since the client cannot ask for it."""
+    text = (ROOT / "docs" / "production.md").read_text(encoding="utf-8")
+    sections = dict(re.findall(r"^## (.+)\n((?:(?!^## ).*\n)*)", text, re.MULTILINE))
+    keda = " ".join(sections["Autoscaling with KEDA"].split())
+    for name in ("keda-prometheus.yaml", "keda-admin-api.yaml", *GAUGES, *GAUGES.values()):
+        assert name in keda, name
+    for words in ("activation threshold", "`minReplicaCount: 1`", "--no-periodic", "viewer"):
+        assert words in keda, words
+    depth = " ".join(sections["How many jobs are waiting"].split())
+    assert "no call that reports a queue's depth" in depth
+    for where in ("admin UI", "/admin/api/v1/queues", "sepp_queue_ready"):
+        assert where in depth, where
 
 
 # -- systemd ----------------------------------------------------------------------------

@@ -68,9 +68,9 @@ def test_every_block_runs_or_is_a_setup_command() -> None:
 def test_the_block_reader_finds_what_it_should() -> None:
     """The runner's own parsing, so a README edit cannot make blocks vanish quietly."""
     langs = [block.lang for block in BLOCKS]
-    # The first run, the install commands, a server, a producer and a worker.
+    # The first run, the install commands, a server, a task, a producer and a worker.
     assert langs.count("sh") >= 2 and langs.count("python") >= 2 and "console" in langs
-    assert [b.section for b in BLOCKS if b.lang == "python"] == ["A first job"] * 2
+    assert [b.section for b in BLOCKS if b.lang == "python"] == ["A first job"] * 3
     text = "$ sepp-lite a \\\n  --b\noutput\n$ sepp-lite c # exits 1\n"
     console = Block(1, "console", text, None)
     assert console.runs
@@ -131,6 +131,18 @@ def test_the_sections_a_user_looks_for_are_there() -> None:
     assert not from_index.search(text)
     prose = " ".join(text.split())
     assert "sepp_lite is not published on PyPI yet" in prose
+
+
+def test_the_first_job_is_a_typed_task() -> None:
+    """A task, then its producer and its worker; the raw API is a link away."""
+    first_job = [b for b in BLOCKS if b.section == "A first job" and b.lang == "python"]
+    task, producer, worker = first_job
+    assert task.file == "welcome.py" and "@tasks.task" in task.text
+    assert "send_welcome.enqueue(" in producer.text and "tasks.worker(" in worker.text
+    assert not [b for b in BLOCKS if "EnqueueRequest(" in b.text]
+    assert "docs/getting-started.md#the-raw-api-bytes-and-code-written-for-sepp-py" in (
+        README.read_text()
+    )
 
 
 def test_the_changelog_has_a_versioning_policy_and_this_version() -> None:

@@ -15,6 +15,9 @@ QUEUES = os.environ.get("WORKER_QUEUES", "emails").split(",")
 # The longest a graceful stop takes: Kubernetes' terminationGracePeriodSeconds and
 # systemd's TimeoutStopSec (deploy/) are set above it.
 SHUTDOWN_TIMEOUT = 60
+# Jobs one worker process handles at once; times --processes, a pod's capacity, which
+# the KEDA ScaledObjects of deploy/kubernetes/ divide the queue's jobs by.
+MAX_IN_FLIGHT = 16
 
 log = logging.getLogger("tasks")
 
@@ -24,7 +27,7 @@ def make_worker(client: sepp.SeppClient) -> sepp.Worker:
         client,
         QUEUES,
         lease_duration=60,
-        max_in_flight=16,
+        max_in_flight=MAX_IN_FLIGHT,
         auto_extend=True,
         shutdown_timeout=SHUTDOWN_TIMEOUT,
     )

@@ -1,7 +1,13 @@
 """The benchmark chart of the documentation, and its text equivalent, from the results
-`make bench` writes (bench/results/latest.json). Standard library only: the docs build
-runs it through hooks.py, and tests/test_docs.py imports it without MkDocs.
+`make bench` writes (bench/results/latest.json). Standard library only.
 
+Both are committed, so that docs/benchmarks.md shows them where Markdown is read
+without a build (the repository's own pages): the chart as docs/img/bench.svg, the
+tables between the page's ``<!-- bench-table -->`` marks. ``make bench`` rewrites both
+(``--update``); tests/test_docs.py fails when either differs from what this module
+makes of latest.json.
+
+    python docs/_gen/bench_chart.py --update                              # after a bench run
     python docs/_gen/bench_chart.py bench/results/latest.json out.svg   # to look at it
 
 Every ratio is sepp_lite's CPU (or time, or size) over sepp-py's on CPython, the median
@@ -33,6 +39,11 @@ SERIES = (
     ("pypy", "sepp_lite on PyPy", "#ef6c00"),
     ("nursery", "sepp_lite on PyPy, nursery 4MB", "#6a1b9a"),
 )
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "bench" / "results" / "latest.json"
+CHART = ROOT / "docs" / "img" / "bench.svg"
+PAGE = ROOT / "docs" / "benchmarks.md"
+TABLE_START, TABLE_END = "<!-- bench-table -->", "<!-- /bench-table -->"
 WIDTH, LABEL_X, BARS_X, BAR_H, BAR_GAP, GROUP_GAP = 720, 12, 250, 14, 3, 14
 FONT = {"font-family": "sans-serif", "font-size": "12", "fill": "#1f2933"}
 
@@ -241,6 +252,23 @@ def markdown_tables(data: dict[str, Any]) -> str:
     return "\n".join(parts) + "\n"
 
 
+def with_tables(page: str, data: dict[str, Any]) -> str:
+    """The page with the tables of ``data`` between its table marks (and nothing else)."""
+    start = page.index(TABLE_START) + len(TABLE_START)
+    end = page.index(TABLE_END, start)
+    return page[:start] + "\n\n" + markdown_tables(data) + "\n" + page[end:]
+
+
+def update(results: Path = RESULTS, chart: Path = CHART, page: Path = PAGE) -> None:
+    """Rewrite the committed chart and the page's tables from ``results``."""
+    data = load(results)
+    chart.write_text(svg(data), encoding="utf-8")
+    page.write_text(with_tables(page.read_text(encoding="utf-8"), data), encoding="utf-8")
+
+
 if __name__ == "__main__":
-    source, target = Path(sys.argv[1]), Path(sys.argv[2])
-    target.write_text(svg(load(source)), encoding="utf-8")
+    if sys.argv[1:] == ["--update"]:
+        update()
+    else:
+        source, target = Path(sys.argv[1]), Path(sys.argv[2])
+        target.write_text(svg(load(source)), encoding="utf-8")

@@ -47,7 +47,9 @@ class State(types.SimpleNamespace):
     """What start-up hooks and the lifespan keep for handlers (``tasks.state.db``)."""
 
 
-class _Decorator(typing.Protocol):
+class TaskDecorator(typing.Protocol):
+    """What ``tasks.task(...)`` returns: a decorator that makes a function a Task."""
+
     @overload
     def __call__(self, fn: Callable[[I, JobCtx], Any], /) -> Task[I]: ...
 
@@ -55,7 +57,10 @@ class _Decorator(typing.Protocol):
     def __call__(self, fn: Callable[[I], Any], /) -> Task[I]: ...
 
 
-class _PeriodicDecorator(typing.Protocol):
+class PeriodicDecorator(typing.Protocol):
+    """What ``tasks.periodic(...)`` returns: a decorator that makes a function of the
+    JobCtx, or of nothing, a periodic Task."""
+
     # A periodic task's one parameter receives the JobCtx: mypy flags another.
     @overload
     def __call__(self, fn: Callable[[JobCtx], Any], /) -> Task[bytes]: ...
@@ -119,7 +124,7 @@ class Tasks:
         idempotency_key: Optional[Callable[[Any], str]] = None,
         codec: Optional[Codec] = None,
         input_type: Any = None,
-    ) -> _Decorator: ...
+    ) -> TaskDecorator: ...
 
     def task(  # type: ignore[misc]
         self, fn: Any = None, /, **options: Any
@@ -185,7 +190,7 @@ class Tasks:
         lookahead: Duration = DEFAULT_LOOKAHEAD,
         misfire_grace: Optional[Duration] = None,
         **options: Any,
-    ) -> _PeriodicDecorator:
+    ) -> PeriodicDecorator:
         """Register an ``async def fn(ctx)`` (or ``fn()``) to run once per slot of a
         schedule: ``every=`` (``timedelta`` or seconds, whole seconds; slots counted from
         the Unix epoch in UTC) or ``cron=`` (5 fields, in ``tz``; the ``cron`` extra).
