@@ -20,7 +20,9 @@ class OTelWorkerMetrics(WorkerObserver):
     """Counts a Worker's events into sepp-py's instruments: ``sepp.jobs.processed``,
     ``sepp.jobs.nacked`` (by outcome), ``sepp.jobs.in_flight``,
     ``sepp.reserves.completed`` (by jobs=some|empty) and ``sepp.reserves.failed``.
-    Needs ``opentelemetry-api``."""
+    Needs ``opentelemetry-api``. Until a meter provider is set the instruments are the
+    API's proxies (an ``add`` is a test and a return); once one is, at any time, they
+    count into it."""
 
     def __init__(self) -> None:
         from opentelemetry import metrics
