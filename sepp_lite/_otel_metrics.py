@@ -3,7 +3,9 @@
 A Worker attaches :class:`OTelWorkerMetrics` when it is built if ``opentelemetry-api``
 (the ``otel`` extra) is installed, and nothing otherwise, so a worker without
 OpenTelemetry pays nothing for it. Otherwise it is an observer like the monitor, the
-Prometheus metrics (``_metrics.py``) or a user's.
+Prometheus metrics (``_metrics.py``) or a user's. Until a meter provider is set its
+instruments are the API's proxies (an ``add`` is a test and a return); once one is, at
+any time, they count into it.
 """
 
 from __future__ import annotations
@@ -20,9 +22,7 @@ class OTelWorkerMetrics(WorkerObserver):
     """Counts a Worker's events into sepp-py's instruments: ``sepp.jobs.processed``,
     ``sepp.jobs.nacked`` (by outcome), ``sepp.jobs.in_flight``,
     ``sepp.reserves.completed`` (by jobs=some|empty) and ``sepp.reserves.failed``.
-    Needs ``opentelemetry-api``. Until a meter provider is set the instruments are the
-    API's proxies (an ``add`` is a test and a return); once one is, at any time, they
-    count into it."""
+    Needs ``opentelemetry-api``."""
 
     def __init__(self) -> None:
         from opentelemetry import metrics
