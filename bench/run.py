@@ -10,8 +10,9 @@ Reported per workload: the median client CPU per job of each client, the ratio o
 medians, and the median of the per-round ratios (each round runs the two clients back
 to back, so that ratio cancels slow phases of a shared machine best). A second table
 compares sepp_lite's blocking client (``sepp_lite.sync``) with its async one the same
-way, a third a typed-task Worker (``sepp_lite.Tasks``) with the raw one. Results go
-to ``bench/results/latest.{md,json}``.
+way, a third a typed-task Worker (``sepp_lite.Tasks``) with the raw one, a fourth
+sepp_lite with OpenTelemetry installed but unused against not installed (in
+``.venv-bench-otel``). Results go to ``bench/results/latest.{md,json}``.
 
     python bench/run.py [--rounds 5] [--jobs 3000] [--workloads batch,worker] [--no-pypy]
     python bench/run.py --against REF [--rounds 5] [--jobs 3000] [--workloads worker,...]
@@ -82,6 +83,19 @@ SYNC_GOAL = 1.3
 # raw Worker on the same payloads, both sepp_lite: CPU per job (issue 30).
 TYPED_GOAL = 1.15
 TYPED_LABEL = "Worker, no-op, max_in_flight=64: typed task (small dataclass) / raw handler"
+# OpenTelemetry installed but unused (no provider set: what a dependency that pulls the
+# API in leaves) against not installed, both sepp_lite, CPU per job (issue 38). One venv
+# with the API and the SDK; its runs alternate with and without the environment variable
+# that makes workloads.py block the import, so OpenTelemetry is the only difference.
+OTEL_WORKLOADS = {
+    "worker": "Worker, no-op, max_in_flight=64, CPU per job",
+    "small_call": "get_server_info in sequence, CPU per call",
+}
+OTEL_GOAL = 1.05
+OTEL_PACKAGES = ("opentelemetry-api", "opentelemetry-sdk")
+BLOCK_OTEL = {"SEPP_BENCH_BLOCK_OTEL": "1"}
+# A few µs in 70-100 µs per job: runs three times the usual length, as the typed row's.
+OTEL_JOBS_SCALE = 3
 
 
 # Installed packages have their bytecode compiled (pip does it); a caller's
@@ -289,6 +303,37 @@ def typed_comparison(python: Path, rounds: int, jobs: int) -> dict[str, Any]:
     }
 
 
+def otel_comparison(
+    python: Path, server_python: Path, workload: str, rounds: int, jobs: int
+) -> dict[str, Any]:
+    """sepp_lite with OpenTelemetry installed and unconfigured against the same
+    interpreter with OpenTelemetry unimportable, alternating."""
+    jobs *= OTEL_JOBS_SCALE
+    contenders: dict[str, Contender] = {
+        "installed": (python, "sepp_lite", {}),
+        "absent": (python, "sepp_lite", BLOCK_OTEL),
+    }
+    with Server(server_python) as server:
+        runs = alternate(server, contenders, workload, rounds, jobs)
+    installed, absent = runs["installed"], runs["absent"]
+    # Each side really is what it says: a mistake here would report a ratio of 1.
+    assert all(run["otel_imported"] for run in installed), "OpenTelemetry was not imported"
+    assert not any(run["otel_imported"] for run in absent), "OpenTelemetry was not blocked"
+    ratios = [a["cpu_us_per_job"] / b["cpu_us_per_job"] for a, b in zip(installed, absent)]
+    row = {
+        "workload": workload,
+        "jobs": jobs,
+        "installed_cpu_us": _median(installed, "cpu_us_per_job"),
+        "absent_cpu_us": _median(absent, "cpu_us_per_job"),
+        "pair_ratio_median": statistics.median(ratios),
+        "pair_ratios": ratios,
+        "server_cpu_share": _server_share(installed + absent),
+        "runs": runs,
+    }
+    row["ratio_of_medians"] = row["installed_cpu_us"] / row["absent_cpu_us"]
+    return row
+
+
 def _server_share(runs: list[dict[str, Any]]) -> float:
     """Server CPU seconds per wall second of a client run, the median over ``runs``."""
     return statistics.median(r["server_cpu_s"] / max(r["run_wall_s"], 1e-9) for r in runs)
@@ -435,7 +480,7 @@ def versions(python: Path) -> dict[str, str]:
         "import importlib.metadata as m, platform, json\n"
         "out = {'python': platform.python_implementation() + ' ' + platform.python_version()}\n"
         "for n in ['sepp-lite', 'sepp-py', 'grpcio', 'protobuf', 'grpclib', 'h2', 'hpack',"
-        " 'betterproto', 'multidict']:\n"
+        " 'betterproto', 'multidict', 'opentelemetry-api', 'opentelemetry-sdk']:\n"
         "    try: out[n] = m.version(n)\n"
         "    except m.PackageNotFoundError: pass\n"
         "print(json.dumps(out))\n"
@@ -602,6 +647,34 @@ def _typed_rows(row: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+def _otel_rows(report: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        "OpenTelemetry installed but unused (no tracer or meter provider set) against not "
+        "installed, both sepp_lite, one venv with "
+        f"{', '.join(f'{k} {v}' for k, v in report['otel_versions'].items())}, runs "
+        "alternating with the import blocked and not:",
+        "",
+        _row("workload", "installed µs", "absent µs", "installed / absent (median of pairs)",
+             "ratio of medians", "pair ratios, low–high", "goal", "server CPU share"),
+        _row("---", "---:", "---:", "---:", "---:", "---:", "---:", "---:"),
+    ]  # fmt: skip
+    for workload, row in report["otel"].items():
+        lines.append(
+            _row(
+                f"{OTEL_WORKLOADS[workload]} ({row['jobs']} jobs)",
+                f"{row['installed_cpu_us']:.1f}",
+                f"{row['absent_cpu_us']:.1f}",
+                f"{row['pair_ratio_median']:.3f}×",
+                f"{row['ratio_of_medians']:.3f}×",
+                f"{min(row['pair_ratios']):.2f}–{max(row['pair_ratios']):.2f}",
+                f"≤ {OTEL_GOAL:.2f}×",
+                f"{row['server_cpu_share']:.2f}",
+            )
+        )
+    return lines
+
+
 def _scaled_jobs(report: dict[str, Any]) -> str:
     """The job counts of the measured workloads that JOBS_SCALE changes, as a note."""
     scaled = [
@@ -638,6 +711,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += _sync_rows(report)
     if report.get("typed"):
         lines += _typed_rows(report["typed"])
+    if report.get("otel"):
+        lines += _otel_rows(report)
     if report.get("footprint"):
         lines += _footprint_rows(report["footprint"])
     if report.get("pypy"):
@@ -710,6 +785,44 @@ def footprint(python: Path, server_python: Path) -> dict[str, Any]:
     }
 
 
+def otel_cost(report: dict[str, Any], server_python: Path, rounds: int, jobs: int) -> None:
+    """The rows of OpenTelemetry installed and unused against not installed, into
+    ``report["otel"]``."""
+    python = venv(ROOT / ".venv-bench-otel", sys.executable, str(ROOT), *OTEL_PACKAGES)
+    found = versions(python)
+    report["otel_versions"] = {name: found[name] for name in OTEL_PACKAGES if name in found}
+    report["otel"] = {}
+    for workload in OTEL_WORKLOADS:
+        print(f"== OpenTelemetry unused: {workload}", flush=True)
+        row = report["otel"][workload] = otel_comparison(
+            python, server_python, workload, rounds, jobs
+        )
+        print(
+            f"   installed {row['installed_cpu_us']:.1f} us, absent {row['absent_cpu_us']:.1f} us,"
+            f" installed / absent {row['pair_ratio_median']:.3f}",
+            flush=True,
+        )
+
+
+def sepp_lite_only(report: dict[str, Any], python: Path, args: argparse.Namespace) -> None:
+    """The comparisons of sepp_lite with itself that ``args`` leaves in: blocking
+    against async, typed tasks against raw, OpenTelemetry unused against absent."""
+    if not args.no_sync:
+        report["sync"] = {}
+        for workload in SYNC_WORKLOADS:
+            print(f"== sync: {workload}", flush=True)
+            row = report["sync"][workload] = sync_comparison(
+                python, workload, args.rounds, args.jobs
+            )
+            print(f"   sync / async {row['pair_ratio_median']:.2f}", flush=True)
+    if not args.no_typed:
+        print("== typed tasks", flush=True)
+        row = report["typed"] = typed_comparison(python, args.rounds, args.jobs)
+        print(f"   typed / raw {row['pair_ratio_median']:.2f}", flush=True)
+    if not args.no_otel:
+        otel_cost(report, python, args.rounds, args.jobs)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="sepp_lite vs sepp-py, side by side")
     parser.add_argument("--rounds", type=int, default=5)
@@ -728,6 +841,10 @@ def main() -> int:
     parser.add_argument("--no-compare", action="store_true", help="skip sepp-py comparisons")
     parser.add_argument("--no-sync", action="store_true", help="skip the blocking client's")
     parser.add_argument("--no-typed", action="store_true", help="skip typed tasks vs raw")
+    parser.add_argument(
+        "--no-otel", action="store_true",
+        help="skip OpenTelemetry installed-but-unused vs not installed",
+    )  # fmt: skip
     parser.add_argument(
         "--pypy-server", choices=["cpython", "pypy"], default="cpython",
         help="the interpreter of the server in the PyPy comparison",
@@ -762,18 +879,7 @@ def main() -> int:
             f"   sepp_lite {lite:.1f} us, sepp-py {official:.1f} us, ratio {ratio:.2f}", flush=True
         )
         report["workloads"].append(row)
-    if not args.no_sync:
-        report["sync"] = {}
-        for workload in SYNC_WORKLOADS:
-            print(f"== sync: {workload}", flush=True)
-            row = report["sync"][workload] = sync_comparison(
-                python, workload, args.rounds, args.jobs
-            )
-            print(f"   sync / async {row['pair_ratio_median']:.2f}", flush=True)
-    if not args.no_typed:
-        print("== typed tasks", flush=True)
-        row = report["typed"] = typed_comparison(python, args.rounds, args.jobs)
-        print(f"   typed / raw {row['pair_ratio_median']:.2f}", flush=True)
+    sepp_lite_only(report, python, args)
     if not args.no_footprint:
         print("== footprint", flush=True)
         report["footprint"] = footprint(python, python)

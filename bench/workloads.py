@@ -2,7 +2,9 @@
 
 The same code drives sepp-py and sepp_lite (same API): ``--client sepp`` imports the
 official client, ``--client sepp_lite`` this project. ``--client sepp_lite.sync`` runs
-the blocking client (workloads of ``SYNC_WORKLOADS`` only). Client CPU is
+the blocking client (workloads of ``SYNC_WORKLOADS`` only). With
+``SEPP_BENCH_BLOCK_OTEL=1`` in the environment opentelemetry cannot be imported, as if it
+were not installed. Client CPU is
 ``time.process_time()`` over the measured phase (all threads, so grpcio's and the
 blocking client's loop thread count too).
 
@@ -15,7 +17,9 @@ import argparse
 import asyncio
 import importlib
 import json
+import os
 import statistics
+import sys
 import threading
 import time
 import uuid
@@ -349,12 +353,25 @@ WORKLOADS = {
 SYNC_WORKLOADS = {"enqueue1": sync_enqueue1, "threads8": sync_threads8}
 
 
+# Set (to anything) in the environment: run as if OpenTelemetry were not installed
+# (bench/run.py's row on the cost of unused OpenTelemetry).
+BLOCK_OTEL = "SEPP_BENCH_BLOCK_OTEL"
+
+
+def block_opentelemetry() -> None:
+    """Make ``opentelemetry`` unimportable in this process, as if it were not installed:
+    a ``None`` in ``sys.modules`` makes every ``import opentelemetry...`` raise
+    ``ImportError``. Called before the client is imported."""
+    sys.modules["opentelemetry"] = None  # type: ignore[assignment]
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     sepp = importlib.import_module(args.client)
     client = await sepp.SeppClient.connect(args.addr)
     try:
         result = await WORKLOADS[args.workload](sepp, client, args.jobs, args.skip)
         result["rss_kib"] = rss_kib()
+        result["otel_imported"] = "opentelemetry.trace" in sys.modules
         return result
     finally:
         await client.close()
@@ -380,6 +397,8 @@ if __name__ == "__main__":
         "--skip", type=int, default=0, help="jobs to finish before measuring (warm-up)"
     )
     arguments = parser.parse_args()
+    if os.environ.get(BLOCK_OTEL):
+        block_opentelemetry()
     if arguments.client == "sepp_lite.sync":
         outcome = main_sync(arguments)
     else:

@@ -6,6 +6,11 @@ the logger that mirrors records onto spans is ``_log.py``.
 
 Trace context travels in W3C format through an explicit TraceContext propagator (not the
 global one), as the official clients do, so mixed fleets link up.
+
+OpenTelemetry installed but not in use (no tracer provider set, nothing in the current
+context: the usual state when a dependency pulls the API in) costs each hook one test,
+:func:`unused`, and then the same no-op path as without it. What the API would have
+done there (no-op spans, nothing to inject) is observably the same.
 """
 
 from __future__ import annotations
@@ -25,10 +30,38 @@ else:
     _PROPAGATOR = TraceContextTextMapPropagator()
 
 
+if not AVAILABLE:
+
+    def unused() -> bool:
+        """Whether OpenTelemetry does nothing here (see below): without it, always."""
+        return True
+
+elif hasattr(otel_trace, "_TRACER_PROVIDER"):
+
+    def unused() -> bool:
+        """Whether OpenTelemetry does nothing here: no tracer provider is set and the
+        current OpenTelemetry context is empty (no span, local or remote, that a call
+        must parent on and propagate). A span would then be the API's no-op with
+        nothing to inject, so the hooks make none: telemetry nobody collects costs
+        this test per call, not a span (issue 38)."""
+        # The API's own test: its proxy tracer (ours, unless a provider was set before
+        # this module was imported) delegates to a real tracer once this global is set,
+        # and to its no-op tracer until then. The public get_tracer_provider() would
+        # tell too, at fifty times the cost (an os.environ miss, a KeyError, each call).
+        return otel_trace._TRACER_PROVIDER is None and not otel_context.get_current()
+
+else:
+
+    def unused() -> bool:
+        """Whether OpenTelemetry does nothing here: never said for an API without the
+        global read above (the full path always: correct, only not free)."""
+        return False
+
+
 def current_headers() -> tuple[str, str | None] | None:
     """``(traceparent, tracestate)`` of the current context, or ``None`` when there is
     no valid span (or no OpenTelemetry). ``tracestate`` is ``None`` when empty."""
-    if not AVAILABLE:
+    if not AVAILABLE or unused():
         return None
     carrier: dict[str, str] = {}
     _PROPAGATOR.inject(carrier)
@@ -87,8 +120,9 @@ if AVAILABLE:
 
 
 class _NoSpan:
-    """What the span helpers return without OpenTelemetry: a shared, allocation-free
-    context manager that yields ``None`` (cheaper than a generator-based one)."""
+    """What the span helpers return when OpenTelemetry is :func:`unused`: a shared,
+    allocation-free context manager that yields ``None`` (cheaper than a generator-based
+    one)."""
 
     __slots__ = ()
 
@@ -126,9 +160,10 @@ def client_span(
     name: str, attributes: dict[str, Any] | None = None
 ) -> contextlib.AbstractContextManager[Any]:
     """A CLIENT span around one logical call (all its retries); yields the span (or
-    ``None`` without OpenTelemetry) so the caller can add attributes. An exception
-    escaping the block (not a cancellation) marks the span as an error."""
-    if not AVAILABLE:
+    ``None`` when OpenTelemetry is :func:`unused`) so the caller can add
+    attributes. An exception escaping the block (not a cancellation) marks the span as
+    an error."""
+    if not AVAILABLE or unused():  # AVAILABLE first: without it, not even a call
         return _NO_SPAN
     return _span(name, SpanKind.CLIENT, attributes, None)
 
@@ -161,8 +196,8 @@ def consumer_span(
 ) -> contextlib.AbstractContextManager[Any]:
     """The CONSUMER span ``sepp.process`` around one job's handler and its ack/nack,
     linked (not parented) to the producer's span when the job carries a valid trace
-    context. Yields the span, or ``None`` without OpenTelemetry."""
-    if not AVAILABLE:
+    context. Yields the span, or ``None`` when OpenTelemetry is :func:`unused`."""
+    if not AVAILABLE or unused():
         return _NO_SPAN
     links = []
     if producer is not None:
@@ -189,7 +224,7 @@ def current_trace_id() -> str | None:
 def recording_span() -> Any:
     """The current span when it is recording, else ``None`` (always ``None`` without
     OpenTelemetry): where a log record becomes an event (``sepp_lite._log``)."""
-    if not AVAILABLE:
+    if not AVAILABLE or unused():
         return None
     span = otel_trace.get_current_span()
     return span if span.is_recording() else None

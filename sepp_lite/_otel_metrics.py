@@ -3,7 +3,9 @@
 A Worker attaches :class:`OTelWorkerMetrics` when it is built if ``opentelemetry-api``
 (the ``otel`` extra) is installed, and nothing otherwise, so a worker without
 OpenTelemetry pays nothing for it. Otherwise it is an observer like the monitor, the
-Prometheus metrics (``_metrics.py``) or a user's.
+Prometheus metrics (``_metrics.py``) or a user's. Until a meter provider is set its
+instruments are the API's proxies (an ``add`` is a test and a return); once one is, at
+any time, they count into it.
 """
 
 from __future__ import annotations

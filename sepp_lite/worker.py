@@ -749,9 +749,10 @@ class Worker:
             self._events.job_finished(job.ctx)
             permits.release()
 
-        # Without OpenTelemetry the task runs _execute itself: a coroutine less per job,
-        # and one frame less that each of its steps passes through.
-        work = self._traced(run) if _otel.AVAILABLE else self._execute(run, None)
+        # Without OpenTelemetry in use the task runs _execute itself: a coroutine less
+        # per job, and one frame less that each of its steps passes through.
+        untraced = not _otel.AVAILABLE or _otel.unused()
+        work = self._execute(run, None) if untraced else self._traced(run)
         run.task = jobs.spawn(work, finished)
 
     # -- one job ----------------------------------------------------------------------
