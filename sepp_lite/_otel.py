@@ -215,7 +215,7 @@ def consumer_span(
 def current_trace_id() -> str | None:
     """The trace id (32 hex digits) of the current span when it is valid, else ``None``
     (always ``None`` without OpenTelemetry): for structured log records."""
-    if not AVAILABLE:
+    if not AVAILABLE or unused():
         return None
     span_context = otel_trace.get_current_span().get_span_context()
     return format(span_context.trace_id, "032x") if span_context.is_valid else None
