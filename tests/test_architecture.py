@@ -15,7 +15,7 @@ from typing import Any, Optional
 import pytest
 
 import sepp_lite
-from sepp_lite import _transport
+from sepp_lite._wire import transport
 from sepp_lite.testing import SeppTestServer
 from tests.repo_files import repo_files
 
@@ -35,7 +35,7 @@ INSTANCES = {"client": "SeppClient", "tasks": "Tasks", "worker": "Worker"}
 CALLABLES: dict[str, Any] = {
     "Worker": sepp_lite.Worker,
     "client.enqueue_batch": sepp_lite.SeppClient.enqueue_batch,
-    "Transport.unary": _transport.Transport.unary,
+    "Transport.unary": transport.Transport.unary,
     "before_call": SeppTestServer.before_call,
 }
 
@@ -52,7 +52,7 @@ def python_source() -> str:
 
 def in_repository(mention: str) -> bool:
     """A path as the page writes it: from the root, or relative to the room it is
-    in (``_frames.py`` in ``_http2/``), so it must end a tracked path."""
+    in (``_frames.py`` in ``_wire/http2/``), so it must end a tracked path."""
     if mention.endswith("/"):
         return any(f.startswith(mention) or f"/{mention}" in f for f in tracked_files())
     return any(f == mention or f.endswith(f"/{mention}") for f in tracked_files())
@@ -174,29 +174,29 @@ NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
 # (file, the expression as ast.unparse writes it) -> why.
 GRPCLIB = "grpclib internals, documented where they are used"
 TEST_SERVER = GRPCLIB + " (the test server: "
+# from_channel: what a grpclib Channel was given, and its socket.
+FROM_CHANNEL = "_wire/grpclib_transport.py"
 ALLOWED_PRIVATE = {
     ("_caller_loop.py", "asyncio._get_running_loop"): "in asyncio.events.__all__: the "
     "check for a running loop that returns None instead of raising",
     ("sync.py", "asyncio._get_running_loop"): "as in _caller_loop.py",
     ("tasks/_convert.py", "getattr(typing.get_origin(hint), '_name')"): "typing's "
     "Required/NotRequired name themselves only there (Python 3.9 to 3.13)",
-    # from_channel: what a grpclib Channel was given, and its socket.
-    ("_grpclib_transport.py", "channel._ssl"): GRPCLIB + " (TLS or not)",
-    ("_grpclib_transport.py", "channel._authority"): GRPCLIB + " (the :authority header)",
-    ("_grpclib_transport.py", "getattr(channel, '_path')"): GRPCLIB + " (a label for errors)",
-    ("_grpclib_transport.py", "getattr(channel, '_host')"): GRPCLIB + " (the same)",
-    ("_grpclib_transport.py", "getattr(channel, '_port')"): GRPCLIB + " (the same)",
-    ("_grpclib_transport.py", "self.channel._protocol"): GRPCLIB + " (close: the socket)",
-    ("_grpclib_transport.py", "getattr(getattr(protocol, 'connection', None), '_transport')"): (
+    (FROM_CHANNEL, "channel._ssl"): GRPCLIB + " (TLS or not)",
+    (FROM_CHANNEL, "channel._authority"): GRPCLIB + " (the :authority header)",
+    (FROM_CHANNEL, "getattr(channel, '_path')"): GRPCLIB + " (a label for errors)",
+    (FROM_CHANNEL, "getattr(channel, '_host')"): GRPCLIB + " (the same)",
+    (FROM_CHANNEL, "getattr(channel, '_port')"): GRPCLIB + " (the same)",
+    (FROM_CHANNEL, "self.channel._protocol"): GRPCLIB + " (close: the socket)",
+    (FROM_CHANNEL, "getattr(getattr(protocol, 'connection', None), '_transport')"): (
         GRPCLIB + " (the same)"
     ),
-    ("_grpclib_transport.py", "getattr(processor.connection, '_transport')"): GRPCLIB
+    (FROM_CHANNEL, "getattr(processor.connection, '_transport')"): GRPCLIB
     + " (corking the socket)",
-    ("_grpclib_transport.py", "getattr(connection, '_connection')"): GRPCLIB + " (h2's "
-    "closed-stream memory)",
-    ("_grpclib_transport.py", "getattr(h2_connection, '_closed_streams')"): "h2's, the same",
-    ("_grpclib_transport.py", "getattr(closed, '_size_limit')"): "h2's, the same",
-    ("_grpclib_transport.py", "closed._size_limit"): "h2's, the same",
+    (FROM_CHANNEL, "getattr(connection, '_connection')"): GRPCLIB + " (h2's closed-stream memory)",
+    (FROM_CHANNEL, "getattr(h2_connection, '_closed_streams')"): "h2's, the same",
+    (FROM_CHANNEL, "getattr(closed, '_size_limit')"): "h2's, the same",
+    (FROM_CHANNEL, "closed._size_limit"): "h2's, the same",
     ("testing/_service.py", "getattr(stream, '_stream')"): TEST_SERVER + "a reply written "
     "straight to the HTTP/2 stream)",
     ("testing/_service.py", "stream._send_initial_metadata_done"): TEST_SERVER + "the same)",
@@ -350,7 +350,7 @@ def test_no_class_overrides_a_private_method_of_another_module() -> None:
     assert private_overrides() == set(ALLOWED_OVERRIDES)
 
 
-# -- HPACK stays inside _http2 --------------------------------------------------------
+# -- HPACK stays inside _wire/http2 ----------------------------------------------------
 
 _HEADER_NAME = re.compile(rb"^:?[a-z0-9][a-z0-9-]*$")
 
@@ -373,13 +373,13 @@ def test_the_hpack_detector_finds_a_hand_made_literal() -> None:
 
 
 def test_no_hpack_bytes_are_composed_outside_http2() -> None:
-    """Header blocks are ``_http2/_headers.py``'s: elsewhere, no bytes constant is an
+    """Header blocks are ``_wire/http2/_headers.py``'s: elsewhere, no bytes constant is an
     HPACK literal and no field size (``len(...) + 32``) is computed by hand."""
     package = ROOT / "sepp_lite"
     found = []
     for path in sorted(package.rglob("*.py")):
         relative = path.relative_to(ROOT).as_posix()
-        if relative.startswith(("sepp_lite/_http2/", "sepp_lite/_proto/")):
+        if relative.startswith(("sepp_lite/_wire/http2/", "sepp_lite/_proto/")):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, bytes):
@@ -393,4 +393,4 @@ def test_no_hpack_bytes_are_composed_outside_http2() -> None:
                     for c in ast.walk(s)
                 ):
                     found.append(f"{relative}:{node.lineno}: a field size by hand")
-    assert not found, "HPACK composed outside _http2:\n" + "\n".join(found)
+    assert not found, "HPACK composed outside _wire/http2:\n" + "\n".join(found)

@@ -45,7 +45,7 @@ from sepp_lite._codec.job import JobRecord
 from sepp_lite._codec.lease import encode_ack_response
 from sepp_lite._retry import backoff_delays, call_with_retry
 from sepp_lite._status import CallFailure
-from sepp_lite._transport import Backoff
+from sepp_lite._wire.transport import Backoff
 from sepp_lite.errors import Status
 from sepp_lite.testing import SeppTestServer
 from sepp_lite.types import JobCtx

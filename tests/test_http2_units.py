@@ -11,16 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sepp_lite._grpc import grpc_message, grpc_status, timeout_value
-from sepp_lite._http2 import _frames as f
-from sepp_lite._http2._headers import (
+from sepp_lite._status import Status
+from sepp_lite._wire.grpc import grpc_message, grpc_status, timeout_value
+from sepp_lite._wire.http2 import _frames as f
+from sepp_lite._wire.http2._headers import (
     ResponseDecoder,
     literal,
     parse_fields,
     request_head,
 )
-from sepp_lite._status import Status
-from sepp_lite._transport import Backoff
+from sepp_lite._wire.transport import Backoff
 
 _names = st.binary(min_size=1, max_size=300).map(lambda b: b.lower())
 _values = st.binary(max_size=5000)

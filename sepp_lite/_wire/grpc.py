@@ -1,6 +1,6 @@
 """gRPC's rules for a unary call over HTTP/2 (gRPC's PROTOCOL-HTTP2.md), for both
-transports: the client's own HTTP/2 connection (``_transport``) and the grpclib
-adapter behind ``SeppClient.from_channel`` (``_grpclib_transport``).
+transports: the client's own HTTP/2 connection (``transport``) and the grpclib
+adapter behind ``SeppClient.from_channel`` (``grpclib_transport``).
 
 - the request message's framing (:func:`frame`) and ``grpc-timeout`` values
   (:func:`timeout_value`);
@@ -11,7 +11,7 @@ adapter behind ``SeppClient.from_channel`` (``_grpclib_transport``).
   and whether the server may have processed it.
 
 Every failure comes out as a :class:`~sepp_lite._status.CallFailure`. The HTTP/2
-layer (``_http2``) knows none of this, as grpclib keeps its h2 glue (protocol.py)
+layer (``http2``) knows none of this, as grpclib keeps its h2 glue (protocol.py)
 apart from message framing (stream.py), deadlines (metadata.py) and statuses.
 """
 
@@ -19,7 +19,8 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from sepp_lite._http2 import (
+from sepp_lite._status import CallFailure, ResponseTooLarge, Status, status_of
+from sepp_lite._wire.http2 import (
     CANCEL,
     ENHANCE_YOUR_CALM,
     INADEQUATE_SECURITY,
@@ -28,7 +29,6 @@ from sepp_lite._http2 import (
     Response,
     StreamFailure,
 )
-from sepp_lite._status import CallFailure, ResponseTooLarge, Status, status_of
 
 # HTTP statuses of answers without grpc-status, as gRPC's http-grpc-status-mapping says.
 HTTP_STATUS = {
@@ -123,7 +123,7 @@ def head_problem(head: Response) -> Optional[CallFailure]:
 
 
 class Reader:
-    """One unary call's answer, read as it arrives (``_http2``'s ``BodyReader``): one
+    """One unary call's answer, read as it arrives (``http2``'s ``BodyReader``): one
     response message of at most ``limit`` bytes, then trailers with grpc-status OK.
 
     The limit is checked as soon as the message's length prefix is complete, before

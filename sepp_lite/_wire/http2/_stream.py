@@ -2,7 +2,7 @@
 
 HTTP/2 says in what order an answer comes (informational heads, the head, DATA, the
 trailers ending the stream); what the answer means is its reader's business
-(:class:`BodyReader`: ``sepp_lite._grpc`` reads gRPC answers). A stream that ends
+(:class:`BodyReader`: ``sepp_lite._wire.grpc`` reads gRPC answers). A stream that ends
 without an answer ends with a :class:`StreamFailure`, in HTTP/2's terms.
 """
 
@@ -12,7 +12,7 @@ import asyncio
 import enum
 from typing import Optional, Protocol, Union
 
-from sepp_lite._http2._headers import Response
+from sepp_lite._wire.http2._headers import Response
 
 Outcome = Union[None, bytes, Exception]
 """What a frame did to a call: nothing final yet, its answer, or its failure."""
