@@ -48,7 +48,7 @@ class _Selector(selectors.DefaultSelector):
         return super().select(timeout)
 
 
-class _Call(Generic[T]):
+class _PortalCall(Generic[T]):
     """One blocking call: its coroutine, its outcome, the lock its caller waits on."""
 
     __slots__ = ("coro", "done", "error", "result", "task")
@@ -100,7 +100,7 @@ class LoopThread:
         if self.in_loop_thread():
             coro.close()
             raise RuntimeError("a blocking call from the event loop thread it waits for")
-        call = _Call(coro)
+        call = _PortalCall(coro)
         try:
             self.loop.call_soon_threadsafe(self._start, call)
         except RuntimeError:  # the loop is closed
@@ -129,16 +129,16 @@ class LoopThread:
             raise RuntimeError("the event loop thread is stopped") from None
         return await asyncio.wrap_future(future)
 
-    def _wait(self, call: _Call[Any]) -> None:
+    def _wait(self, call: _PortalCall[Any]) -> None:
         while not call.done.acquire(timeout=_ALIVE_CHECK_S):
             if not self._thread.is_alive() and not call.done.acquire(blocking=False):
                 call.coro.close()
                 raise RuntimeError("the event loop thread stopped before the call ended")
 
-    def _start(self, call: _Call[Any]) -> None:
+    def _start(self, call: _PortalCall[Any]) -> None:
         call.task = self.loop.create_task(self._settle(call))
 
-    async def _settle(self, call: _Call[Any]) -> None:
+    async def _settle(self, call: _PortalCall[Any]) -> None:
         # The outcome is recorded in the task's last step, not by a done callback (one
         # more loop iteration per call).
         try:
@@ -148,7 +148,7 @@ class LoopThread:
         finally:
             self._selector.finished.append(call.done)
 
-    def _cancel_soon(self, call: _Call[Any]) -> None:
+    def _cancel_soon(self, call: _PortalCall[Any]) -> None:
         def cancel() -> None:
             if call.task is not None:
                 call.task.cancel()

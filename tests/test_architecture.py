@@ -394,3 +394,80 @@ def test_no_hpack_bytes_are_composed_outside_http2() -> None:
                 ):
                     found.append(f"{relative}:{node.lineno}: a field size by hand")
     assert not found, "HPACK composed outside _wire/http2:\n" + "\n".join(found)
+
+
+# -- one name, one thing ------------------------------------------------------------------
+
+# Modules whose names are the same, once a leading underscore and a plural "s" are
+# set aside, and which are let be, each with its reason. The modules of cli/ are
+# left out: each is named after its command (cli/worker.py runs `sepp-lite worker`).
+ALLOWED_SAME_STEM = {
+    frozenset({"__main__.py", "testing/__main__.py"}): "Python's name for `python -m`",
+    frozenset({"cli/__init__.py", "testing/_cli.py"}): "a command line each: sepp-lite's "
+    "and `python -m sepp_lite.testing`'s",
+    frozenset({"_codec/lease.py", "_lease.py"}): "the wire form of Ack, Nack and Extend "
+    "(in the codec's folder, named by message family) and the lease they act on",
+    frozenset({"_wire/http2/_config.py", "testing/_config.py"}): "each package's own "
+    "settings: the HTTP/2 knobs, the test server's options",
+    frozenset({"_codec/__init__.py", "tasks/_codecs.py"}): "the protobuf codec, and a "
+    "task's payload codecs (the public word: `codec=`, `tasks.JsonCodec`)",
+    frozenset({"tasks/__init__.py", "tasks/_task.py"}): "the package and its `Task`",
+}
+# Top-level classes and functions that share a name on purpose.
+ALLOWED_SAME_CLASS = {
+    "SeppClient": "the blocking client (sync.py) has the async one's name, as sepp-py's",
+    "_Selector": "LoopThread's leftover, written for the blocking client (issue 39)",
+}
+ALLOWED_SAME_FUNCTION = {
+    "__getattr__": "a module's lazy names",
+    "__dir__": "the same",
+    "add_parser": "each command of cli/ adds its own",
+    "main": "a command line's entry point",
+    "_optional_str_field": "written twice in _codec/ (issue 39)",
+    "_retrieve": "the same three lines, a future's exception marked retrieved: _wire/http2 "
+    "imports nothing of sepp_lite, so it keeps its own",
+}
+
+
+def _stem(path: Path) -> str:
+    name = path.parent.name if path.name == "__init__.py" else path.stem
+    return name.lstrip("_").removesuffix("s")
+
+
+def same_named_modules() -> dict[frozenset[str], str]:
+    """Groups of modules of sepp_lite whose names say the same thing, with their stem."""
+    groups: dict[str, set[str]] = {}
+    for path in package_files():
+        name = path.relative_to(PACKAGE).as_posix()
+        if not name.startswith("cli/") or name == "cli/__init__.py":
+            groups.setdefault(_stem(path), set()).add(name)
+    return {frozenset(names): stem for stem, names in groups.items() if len(names) > 1}
+
+
+def test_no_two_modules_have_the_same_name_for_different_things() -> None:
+    """``_tasks.py`` (TaskSet) stood beside ``tasks/``, ``_periodic.py`` beside
+    ``tasks/_periodic.py``, ``_rejections.py`` beside ``_codec/rejections.py`` and
+    ``_codec/_wire.py`` beside ``_wire/``."""
+    assert same_named_modules().keys() == ALLOWED_SAME_STEM.keys()
+    assert _stem(Path("_tasks.py")) == _stem(Path("tasks/__init__.py"))  # the check sees it
+
+
+def top_level_names(kind: type[ast.AST]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for path in package_files():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, kind) or (
+                kind is ast.FunctionDef and isinstance(node, ast.AsyncFunctionDef)
+            ):
+                name = node.name  # type: ignore[attr-defined]
+                found.setdefault(name, []).append(path.relative_to(PACKAGE).as_posix())
+    return {name: paths for name, paths in found.items() if len(paths) > 1}
+
+
+def test_no_two_classes_or_functions_have_the_same_name() -> None:
+    """Two ``Backoff``s (reconnecting, and a task's retry), two ``Response``s (the
+    health endpoints', HTTP/2's decoded headers), ``not_processed``/``lost`` in both
+    ``_wire/grpc.py`` and ``_wire/http2/_stream.py``, two ``_retry_delay``s: a name
+    found twice meant two things, and a reader had to find out which."""
+    assert set(top_level_names(ast.ClassDef)) == set(ALLOWED_SAME_CLASS)
+    assert set(top_level_names(ast.FunctionDef)) == set(ALLOWED_SAME_FUNCTION)

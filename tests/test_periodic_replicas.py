@@ -19,7 +19,7 @@ from typing import Any, Optional
 import pytest
 
 from sepp_lite import JobCtx, Payload, SeppClient, Tasks, Worker
-from sepp_lite._periodic import (
+from sepp_lite._scheduler import (
     PeriodicJob,
     PeriodicScheduler,
     SchedulerClock,

@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Callable, NamedTuple, Optional, TypeVar
 
 from sepp_lite import errors
-from sepp_lite._codec._wire import (
+from sepp_lite._codec._fields import (
     check_uint32,
     end_check,
     field_bytes,

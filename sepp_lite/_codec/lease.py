@@ -11,7 +11,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Callable, NamedTuple, Optional
 
-from sepp_lite._codec._wire import (
+from sepp_lite._codec._fields import (
     check_uint32,
     field_bool,
     field_bytes,

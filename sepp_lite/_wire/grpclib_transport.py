@@ -21,7 +21,7 @@ from grpclib.utils import Wrapper
 from sepp_lite._status import CallFailure, Status, status_of
 from sepp_lite._wire import grpc
 from sepp_lite._wire.cork import cork
-from sepp_lite._wire.http2 import Response, parse_fields
+from sepp_lite._wire.http2 import ResponseHeaders, parse_fields
 from sepp_lite._wire.transport import (
     DEFAULT_MAX_RECEIVE,
     SERVICE_PREFIX,
@@ -137,7 +137,7 @@ class GrpclibTransport:
                     _bound_closed_streams(processor.connection)
                 stream = processor.connection.create_stream(wrapper=wrapper)
                 headers: Any = self._headers(method, timeout, extra)  # h2 takes bytes too
-                frame = grpc.frame(request)
+                frame = grpc.length_prefixed(request)
                 release = None
                 try:
                     # grpclib's Connection keeps its asyncio transport in `_transport`.
@@ -216,9 +216,9 @@ def _as_failure(exc: BaseException) -> CallFailure | None:
         )
     if isinstance(exc, StreamTerminatedError):
         # The request may have reached the server before the connection went away.
-        return grpc.lost(f"connection lost during the call: {exc}")
+        return grpc.lost_call(f"connection lost during the call: {exc}")
     if isinstance(exc, (ProtocolError, h2.exceptions.ProtocolError)):
-        return grpc.lost(f"HTTP/2 protocol error: {exc}")
+        return grpc.lost_call(f"HTTP/2 protocol error: {exc}")
     if isinstance(exc, ssl.SSLError):
         # Certificate or handshake trouble does not heal by retrying: no status.
         return CallFailure(None, f"TLS failure: {exc}", local=True, ambiguous=False)
@@ -229,8 +229,8 @@ def _as_failure(exc: BaseException) -> CallFailure | None:
     return None
 
 
-def _response(headers: Any) -> Response:
-    """grpclib's decoded headers (str pairs) as the HTTP/2 layer's Response."""
+def _response(headers: Any) -> ResponseHeaders:
+    """grpclib's decoded headers (str pairs) as the HTTP/2 layer's ResponseHeaders."""
     fields = [
         (name.encode("latin-1"), value.encode("latin-1"))
         if isinstance(name, str)

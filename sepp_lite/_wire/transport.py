@@ -309,7 +309,7 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
-class Backoff:
+class ReconnectBackoff:
     """Delays between connection attempts, as grpc's channel makes them
     (connection-backoff.md): 1 s, then x1.6 up to 120 s, each jittered by +-20 %.
 
@@ -391,7 +391,7 @@ class Http2Transport:
         self._current: Optional[Connection] = None
         self._live: set[Connection] = set()  # the current connection and draining ones
         self._connecting: Optional[asyncio.Task[Connection]] = None
-        self._backoff = Backoff()
+        self._backoff = ReconnectBackoff()
         self._retry_at = 0.0
         self._last_failure: Optional[CallFailure] = None  # while backing off
         self._opened = 0
@@ -461,7 +461,7 @@ class Http2Transport:
         if self.closed:
             raise RuntimeError("this SeppClient is closed")
         head = self._heads.get(method) or self._head(method)
-        body = grpc.frame(request)
+        body = grpc.length_prefixed(request)
         loop = asyncio.get_running_loop()
         attempts = self._config.transparent_retries + 1
         for attempt in range(attempts):

@@ -12,7 +12,7 @@ from datetime import tzinfo
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union, overload
 
 from sepp_lite import _log, _validate
-from sepp_lite._periodic import (
+from sepp_lite._scheduler import (
     DEFAULT_DEDUP_WINDOW,
     DEFAULT_LOOKAHEAD,
     PeriodicJob,

@@ -86,7 +86,7 @@ Retry = Union[Backoff, Callable[[int], Duration]]
 delay (``timedelta`` or seconds)."""
 
 
-def _retry_delay(retry: Retry, attempt: int) -> float:
+def _delay_of(retry: Retry, attempt: int) -> float:
     if isinstance(retry, Backoff):
         return retry.delay(attempt)
     return as_timedelta(retry(attempt), "retry delay").total_seconds()
@@ -392,7 +392,7 @@ class _Guarded:
         except Exception as exc:
             if self._retry is None:
                 raise  # the Worker nacks it for the queue's own retry policy
-            delay = _retry_delay(self._retry, ctx.attempt)
+            delay = _delay_of(self._retry, ctx.attempt)
             logger.error(
                 "job %s (%s): handler raised %s; retry in %.3g s",
                 ctx.id,
@@ -442,7 +442,7 @@ class _Guarded:
         logger.warning("job %s (%s): %s; handler cancelled", ctx.id, self._job_type, reason)
         if self._retry is None:
             return HandlerError(reason, Directive.DEFAULT)
-        return HandlerError(reason, Directive.after(_retry_delay(self._retry, ctx.attempt)))
+        return HandlerError(reason, Directive.after(_delay_of(self._retry, ctx.attempt)))
 
 
 def _cancelled_by_others(task: asyncio.Task[Any]) -> bool:

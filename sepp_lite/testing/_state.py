@@ -24,8 +24,8 @@ from sepp_lite import errors
 from sepp_lite._codec.dead_letters import DeadLetterOut
 from sepp_lite._codec.enqueue import EnqueueIn, EnqueueOutcome
 from sepp_lite._codec.job import JobRecord, ReserveIn
+from sepp_lite._codec.job_rejection import RawScheduledTooFar
 from sepp_lite._codec.lease import LeaseIn
-from sepp_lite._codec.rejections import RawScheduledTooFar
 from sepp_lite._time import ms_to_datetime
 from sepp_lite.testing._clock import Clock, RealClock, TimerHandle
 from sepp_lite.testing._config import EffectiveLimits, ServerConfig

@@ -29,7 +29,7 @@ from sepp_lite._wire.http2._connection import Connection, ConnectionState
 from sepp_lite._wire.http2._frames import CANCEL, ENHANCE_YOUR_CALM, INADEQUATE_SECURITY
 from sepp_lite._wire.http2._headers import (
     RequestHead,
-    Response,
+    ResponseHeaders,
     extra_fields,
     parse_fields,
     request_head,
@@ -52,7 +52,7 @@ __all__ = [
     "Keepalive",
     "Outcome",
     "RequestHead",
-    "Response",
+    "ResponseHeaders",
     "StreamFailure",
     "extra_fields",
     "parse_fields",
