@@ -13,7 +13,6 @@ to a thread: its callers run its loop themselves, ``_caller_loop.py``.)
 from __future__ import annotations
 
 import asyncio
-import selectors
 import threading
 from collections.abc import Coroutine
 from typing import Any, Generic, Optional, TypeVar
@@ -26,26 +25,6 @@ T = TypeVar("T")
 _JOIN_TIMEOUT_S = 10.0
 # A waiting caller checks this often that the loop thread is still alive.
 _ALIVE_CHECK_S = 1.0
-
-
-class _Selector(selectors.DefaultSelector):
-    """The loop's selector, waking finished callers only when the loop thread is
-    about to block (and so to let go of the GIL). Woken any earlier, a caller would
-    only wait for the GIL the loop thread still holds: two more context switches per
-    call, a fifth of a blocking call's CPU."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.finished: list[threading.Lock] = []
-
-    def wake_finished(self) -> None:
-        finished = self.finished
-        while finished:
-            finished.pop().release()
-
-    def select(self, timeout: Optional[float] = None) -> list[Any]:
-        self.wake_finished()
-        return super().select(timeout)
 
 
 class _PortalCall(Generic[T]):
@@ -67,8 +46,7 @@ class LoopThread:
     coroutine there and blocks the calling thread until it finishes."""
 
     def __init__(self, name: str) -> None:
-        self._selector = _Selector()
-        self.loop = asyncio.SelectorEventLoop(self._selector)
+        self.loop = asyncio.SelectorEventLoop()
         started = threading.Event()
         self._thread = threading.Thread(target=self._main, args=(started,), name=name)
         self._thread.daemon = True
@@ -85,7 +63,6 @@ class LoopThread:
                 cancel_the_rest(loop)
             finally:
                 loop.close()
-                self._selector.wake_finished()
 
     def in_loop_thread(self) -> bool:
         """Whether the caller is this object's loop thread."""
@@ -146,7 +123,7 @@ class LoopThread:
         except BaseException as error:  # the caller's to raise, KeyboardInterrupt too
             call.error = error
         finally:
-            self._selector.finished.append(call.done)
+            call.done.release()
 
     def _cancel_soon(self, call: _PortalCall[Any]) -> None:
         def cancel() -> None:

@@ -139,6 +139,32 @@ def test_sepp_lite_has_no_import_cycles() -> None:
     assert not cycles, "import cycles:\n" + "\n\n".join(describe(graph, c) for c in cycles)
 
 
+def script_graph(folder: Path) -> Graph:
+    """Who imports whom among the scripts of ``folder`` (bench/: each runs as
+    ``python bench/x.py``, so its siblings are imported by their bare names)."""
+    scripts = {path.stem: path for path in sorted(folder.glob("*.py"))}
+    graph: Graph = {name: {} for name in scripts}
+    for name, path in scripts.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            for target in names:
+                if target in scripts and target != name:
+                    graph[name].setdefault(target, f"{folder.name}/{path.name}:{node.lineno}")
+    return graph
+
+
+def test_the_benchmarks_have_no_import_cycles() -> None:
+    """bench/against.py imported run.py, whose --against imported against.py."""
+    graph = script_graph(Path(sepp_lite.__file__).parent.parent / "bench")
+    assert "run" in graph["against"]  # the reader sees bare-name imports
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n\n".join(describe(graph, c) for c in cycles)
+
+
 def test_the_http2_package_imports_nothing_else_of_sepp_lite() -> None:
     # _wire.http2 is a plain HTTP/2 client: gRPC's rules are _wire.grpc's, errors the client's.
     graph = import_graph(Path(sepp_lite.__file__).parent)

@@ -448,10 +448,6 @@ class QueueState:
         """The effective settings of ``queue`` (global ones when not declared)."""
         return self._declared.get(queue, self._global)
 
-    def is_declared(self, queue: str) -> bool:
-        """Whether ``queue`` is declared in the config."""
-        return queue in self._declared
-
     @property
     def closing(self) -> bool:
         """True once :meth:`close` ran (the server is shutting down)."""

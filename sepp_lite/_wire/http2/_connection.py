@@ -210,10 +210,6 @@ class Connection(asyncio.BufferedProtocol):
         """Whether a new call may use this connection."""
         return self.state is ConnectionState.OPEN
 
-    @property
-    def active_streams(self) -> int:
-        return len(self._streams)
-
     async def call(
         self,
         head: RequestHead,
