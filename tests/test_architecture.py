@@ -412,6 +412,8 @@ ALLOWED_SAME_STEM = {
     frozenset({"_codec/__init__.py", "tasks/_codecs.py"}): "the protobuf codec, and a "
     "task's payload codecs (the public word: `codec=`, `tasks.JsonCodec`)",
     frozenset({"tasks/__init__.py", "tasks/_task.py"}): "the package and its `Task`",
+    frozenset({"_clock.py", "testing/_clock.py"}): "one thing: the clock protocol and the "
+    "wall clock, and the test server's clocks of that shape (ManualClock, RealClock)",
 }
 # Top-level classes and functions that share a name on purpose.
 ALLOWED_SAME_CLASS = {
