@@ -18,6 +18,7 @@ import sepp_lite
 from sepp_lite._wire import transport
 from sepp_lite.testing import SeppTestServer
 from tests.repo_files import repo_files
+from tests.test_import_cycles import drawn_rooms, modules_of, room_of
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = (ROOT / "ARCHITECTURE.md").read_text()
@@ -515,3 +516,28 @@ def test_every_function_of_sepp_lite_is_called_somewhere() -> None:
     tests included; a name written only where it is defined is one more of them."""
     dead = unnamed_functions()
     assert sorted(entry.rsplit(" ", 1)[1] for entry in dead) == sorted(CALLED_UNNAMED), dead
+
+
+# -- docs/development.md's Layout table ---------------------------------------------------
+
+
+def layout_rooms() -> list[str]:
+    """The rooms of sepp_lite in the Layout table of docs/development.md, in its order
+    (``sepp_lite/_wire/grpc.py`` is the room ``_wire/grpc``)."""
+    page = (ROOT / "docs" / "development.md").read_text()
+    table = page.split("## Layout", 1)[1]
+    rooms = []
+    for path in re.findall(r"^\| `sepp_lite/([^`]+)` \|", table, flags=re.M):
+        assert in_repository(f"sepp_lite/{path}"), path
+        dotted = "sepp_lite." + path.removesuffix("/").removesuffix(".py").replace("/", ".")
+        rooms.append(room_of(dotted.removesuffix(".__init__")))
+    return rooms
+
+
+def test_the_layout_table_lists_every_room_from_the_bottom_band_up() -> None:
+    rooms = layout_rooms()
+    every = {room_of(module) for module in modules_of(PACKAGE)} - {"_wire"}
+    assert set(rooms) == every, set(rooms) ^ every
+    rank = drawn_rooms(TEXT)
+    ranks = [rank[room] for room in rooms if room in rank]
+    assert ranks == sorted(ranks, reverse=True), [r for r in rooms if r in rank]

@@ -445,6 +445,59 @@ def test_each_band_folder_is_drawn_as_one_band_on_the_bottom_band() -> None:
         assert not above, "the band imports above the bottom band:\n" + "\n".join(above)
 
 
+def drawn_arrows(page: str) -> dict[str, set[str]]:
+    """What the drawing says each room above the bottom band imports: the names after
+    its ``->``, continuation lines included, without what is in parentheses (a band's
+    own rooms are named without the folder: ``grpc`` on a ``_wire/`` line)."""
+    block = page.split("```", 2)[1].splitlines()
+    rank, bottom = drawn_rooms(page), bottom_band_line(page)
+    arrows: dict[str, set[str]] = {}
+    for number, line in enumerate(block[:bottom]):
+        rooms = [room for room, n in rank.items() if n == number]
+        if not rooms:
+            continue
+        column = line.index("->") + 2 if "->" in line else len(line)
+        text = line[column:]
+        for following in block[number + 1 : bottom]:
+            if not following.startswith("  ") or following.lstrip().startswith("-"):
+                break
+            text += " " + following[column:]
+        text = re.sub(r"\([^()]*\)", "", text)
+        for room in rooms:
+            band = room.split("/")[0] if "/" in room else None
+            named = {m.group(1) for m in _ROOM.finditer(text + " ")} | set(
+                re.findall(r"(?<![\w./])(_?[a-z][a-z0-9_]*)(?=[,\s]|$)", text)
+            )
+            arrows[room] = {f"{band}/{n}" if band and f"{band}/{n}" in rank else n for n in named}
+    return arrows
+
+
+def test_architecture_md_lists_what_each_room_imports() -> None:
+    """The arrow after each room above the bottom band names what it imports, no
+    more and no less (a band's rooms are one name, ``_wire/``, seen from outside it)."""
+    page = _page()
+    rank, bottom = drawn_rooms(page), bottom_band_line(page)
+    for band in BANDS:
+        rank[band] = min(n for room, n in rank.items() if room.startswith(band + "/"))
+    actual: dict[str, set[str]] = {}
+    for module, imports in import_graph(Path(sepp_lite.__file__).parent).items():
+        here = room_of(module)
+        for target in imports:
+            there = room_of(target)
+            if there.split("/")[0] in BANDS and here.split("/")[0] != there.split("/")[0]:
+                there = there.split("/")[0]  # seen from outside, a band is one room
+            if there not in (here, "__init__") and rank.get(there, bottom) < bottom:
+                actual.setdefault(here, set()).add(there)
+    drawn = drawn_arrows(page)
+    wrong = {
+        room: (sorted(listed), sorted(actual.get(room, set())))
+        for room, listed in drawn.items()
+        if listed != actual.get(room, set())
+    }
+    assert not wrong, "room: (drawn, imported)\n" + "\n".join(f"{r}: {w}" for r, w in wrong.items())
+    assert drawn["cli"] >= {"_wire", "testing", "_codec"}  # the reader sees folders
+
+
 def test_the_room_reader_reads_names_arrows_and_lines() -> None:
     page = (
         "x\n```\n room  imports\n a.py   ->  b, c/\n            d\n"
@@ -456,3 +509,8 @@ def test_the_room_reader_reads_names_arrows_and_lines() -> None:
     assert bottom_band_line(banded) == 4
     assert room_of("sepp_lite._wire.http2._frames") == "_wire/http2"
     assert room_of("sepp_lite._wire") == "_wire" and room_of("sepp_lite.cli.demo") == "cli"
+    arrows = (
+        "x\n```\n a.py   ->  b, _w/ (c),\n   (x     d (a\n            note)\n b.py, d/\n"
+        " ---- bottom band\n```"
+    )
+    assert drawn_arrows(arrows) == {"a": {"b", "_w", "d"}, "b": set(), "d": set()}
