@@ -92,7 +92,7 @@ bench: install
 # workload (AGAINST=04c66af; BENCH_ARGS="--workloads worker,enqueue64 --rounds 3").
 AGAINST ?= HEAD
 bench-against: install
-	$(PY) bench/run.py --against $(AGAINST) $(BENCH_ARGS)
+	$(PY) bench/against.py $(AGAINST) $(BENCH_ARGS)
 
 # 100,000 jobs over 10 minutes through 4 worker processes, checked job by job, with
 # worker memory sampled (SOAK_ARGS="--minutes 3 --jobs 30000" for a shorter run).

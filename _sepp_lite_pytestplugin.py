@@ -64,7 +64,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     addr = _external_addr(config)
     if addr is not None:
-        from sepp_lite._transport import parse_address
+        from sepp_lite._wire.transport import parse_address
 
         try:
             parse_address(addr)

@@ -1,6 +1,8 @@
-"""``make bench BENCH_ARGS="--against REF"``: sepp_lite as it is in this tree against
-sepp_lite at the git commit REF, same run, same server, alternating (issue 29: "the
-speed does not drop, side by side before and after").
+"""``make bench-against AGAINST=REF``: sepp_lite as it is in this tree against sepp_lite
+at the git commit REF, same run, same server, alternating (issue 29: "the speed does not
+drop, side by side before and after").
+
+    python bench/against.py REF [--rounds 5] [--jobs 3000] [--workloads worker,...]
 
 REF is exported with ``git archive`` into a temporary directory and installed, as a
 wheel like the tree's, into ``.venv-bench-ref`` beside ``.venv-bench`` (reinstalled
@@ -13,6 +15,7 @@ highest), the same statistics as the comparison with sepp-py.
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import statistics
@@ -25,7 +28,7 @@ from typing import Any
 
 import run
 
-# The workloads that --against runs by default: every sepp_lite one, async, blocking
+# The workloads it runs by default: every sepp_lite one, async, blocking
 # (``sync:``) and the typed-task Worker.
 WORKLOADS = [*run.WORKLOADS, "sync:enqueue1", "typed_worker"]
 LABELS = {
@@ -117,7 +120,7 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def main(ref: str, workloads: list[str], rounds: int, jobs: int, server: str) -> int:
+def compare_all(ref: str, workloads: list[str], rounds: int, jobs: int, server: str) -> int:
     base = sys.executable
     tree = run.venv(run.ROOT / ".venv-bench", base, str(run.ROOT), "sepp-py==0.1.0")
     commit = commit_of(ref)
@@ -146,3 +149,22 @@ def main(ref: str, workloads: list[str], rounds: int, jobs: int, server: str) ->
     (run.RESULTS / "against.md").write_text(markdown(report))
     print(markdown(report))
     return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="this tree against sepp_lite at a commit")
+    parser.add_argument("ref", metavar="REF", help="a git commit, tag or branch")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--jobs", type=int, default=3000)
+    parser.add_argument(
+        "--workloads", default=None, help=f"comma-separated (default {','.join(WORKLOADS)})"
+    )
+    run.add_server_option(parser)
+    args = parser.parse_args()
+    run.SERVER_KIND["kind"] = args.server
+    chosen = args.workloads.split(",") if args.workloads else WORKLOADS
+    return compare_all(args.ref, chosen, args.rounds, args.jobs, args.server)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -15,10 +15,10 @@ sepp_lite with OpenTelemetry installed but unused against not installed (in
 ``.venv-bench-otel``). Results go to ``bench/results/latest.{md,json}``.
 
     python bench/run.py [--rounds 5] [--jobs 3000] [--workloads batch,worker] [--no-pypy]
-    python bench/run.py --against REF [--rounds 5] [--jobs 3000] [--workloads worker,...]
 
-``--against REF`` measures this tree against sepp_lite at the git commit REF instead
-(bench/against.py; results in ``bench/results/against.{md,json}``).
+``bench/against.py REF`` (``make bench-against``) measures this tree against sepp_lite
+at the git commit REF instead, with this module's pieces (it imports this module; this
+module imports nothing of it).
 """
 
 from __future__ import annotations
@@ -823,19 +823,21 @@ def sepp_lite_only(report: dict[str, Any], python: Path, args: argparse.Namespac
         otel_cost(report, python, args.rounds, args.jobs)
 
 
+def add_server_option(parser: argparse.ArgumentParser) -> None:
+    """``--server``, which peer the clients talk to (here and in bench/against.py)."""
+    parser.add_argument(
+        "--server", choices=["grpcio", "grpclib"], default="grpcio",
+        help="grpcio's C core (default, as fast a peer as the real server) or grpclib",
+    )  # fmt: skip
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description="sepp_lite vs sepp-py, side by side")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--jobs", type=int, default=3000)
     parser.add_argument(
-        "--workloads", default=None,
-        help=f"comma-separated (default {','.join(WORKLOADS)}; with --against also "
-        "sync:enqueue1 and typed_worker)",
-    )  # fmt: skip
-    parser.add_argument(
-        "--against", metavar="REF",
-        help="measure this tree against sepp_lite at git REF (a commit, tag or branch) instead",
-    )  # fmt: skip
+        "--workloads", default=None, help=f"comma-separated (default {','.join(WORKLOADS)})"
+    )
     parser.add_argument("--no-pypy", action="store_true")
     parser.add_argument("--no-footprint", action="store_true")
     parser.add_argument("--no-compare", action="store_true", help="skip sepp-py comparisons")
@@ -849,17 +851,9 @@ def main() -> int:
         "--pypy-server", choices=["cpython", "pypy"], default="cpython",
         help="the interpreter of the server in the PyPy comparison",
     )  # fmt: skip
-    parser.add_argument(
-        "--server", choices=["grpcio", "grpclib"], default="grpcio",
-        help="grpcio's C core (default, as fast a peer as the real server) or grpclib",
-    )  # fmt: skip
+    add_server_option(parser)
     args = parser.parse_args()
     SERVER_KIND["kind"] = args.server
-    if args.against:
-        import against
-
-        chosen = args.workloads.split(",") if args.workloads else against.WORKLOADS
-        return against.main(args.against, chosen, args.rounds, args.jobs, args.server)
     args.workloads = args.workloads or ",".join(WORKLOADS)
     python = venv(ROOT / ".venv-bench", sys.executable, str(ROOT), "sepp-py==0.1.0")
     report: dict[str, Any] = {

@@ -64,7 +64,7 @@ from sepp_lite.types import (
 if typing.TYPE_CHECKING:
     # What _LAZY below loads on first use, for type checkers.
     from sepp_lite._observe import WorkerObserver
-    from sepp_lite._periodic import PeriodicJob, PeriodicScheduler, periodic_slot
+    from sepp_lite._scheduler import PeriodicJob, PeriodicScheduler, periodic_slot
     from sepp_lite.errors import *  # noqa: F403
     from sepp_lite.shutdown import ShutdownHandle, shutdown_on_signals
     from sepp_lite.tasks import Task, Tasks
@@ -154,7 +154,7 @@ _LAZY["WorkerObserver"] = "sepp_lite._observe"
 _LAZY.update(dict.fromkeys(("ShutdownHandle", "shutdown_on_signals"), "sepp_lite.shutdown"))
 _LAZY.update(dict.fromkeys(("Task", "Tasks"), "sepp_lite.tasks"))
 _LAZY.update(
-    dict.fromkeys(("PeriodicJob", "PeriodicScheduler", "periodic_slot"), "sepp_lite._periodic")
+    dict.fromkeys(("PeriodicJob", "PeriodicScheduler", "periodic_slot"), "sepp_lite._scheduler")
 )
 _LAZY.update(dict.fromkeys(set(__all__) - set(globals()) - set(_LAZY), "sepp_lite.errors"))
 

@@ -64,7 +64,7 @@ from sepp_lite import _log, _otel, errors
 from sepp_lite._codec.enqueue import decode_enqueue_batch_response
 from sepp_lite._retry import call_with_retry
 from sepp_lite._status import CallFailure, Status
-from sepp_lite._transport import Transport
+from sepp_lite._wire.transport import Transport
 from sepp_lite.types import EnqueueAck, RetryPolicy
 
 __all__ = ["DEFAULT_BATCH_JOBS", "MAX_BATCH_BYTES", "Coalescer"]

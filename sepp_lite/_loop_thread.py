@@ -13,7 +13,6 @@ to a thread: its callers run its loop themselves, ``_caller_loop.py``.)
 from __future__ import annotations
 
 import asyncio
-import selectors
 import threading
 from collections.abc import Coroutine
 from typing import Any, Generic, Optional, TypeVar
@@ -28,27 +27,7 @@ _JOIN_TIMEOUT_S = 10.0
 _ALIVE_CHECK_S = 1.0
 
 
-class _Selector(selectors.DefaultSelector):
-    """The loop's selector, waking finished callers only when the loop thread is
-    about to block (and so to let go of the GIL). Woken any earlier, a caller would
-    only wait for the GIL the loop thread still holds: two more context switches per
-    call, a fifth of a blocking call's CPU."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.finished: list[threading.Lock] = []
-
-    def wake_finished(self) -> None:
-        finished = self.finished
-        while finished:
-            finished.pop().release()
-
-    def select(self, timeout: Optional[float] = None) -> list[Any]:
-        self.wake_finished()
-        return super().select(timeout)
-
-
-class _Call(Generic[T]):
+class _PortalCall(Generic[T]):
     """One blocking call: its coroutine, its outcome, the lock its caller waits on."""
 
     __slots__ = ("coro", "done", "error", "result", "task")
@@ -67,8 +46,7 @@ class LoopThread:
     coroutine there and blocks the calling thread until it finishes."""
 
     def __init__(self, name: str) -> None:
-        self._selector = _Selector()
-        self.loop = asyncio.SelectorEventLoop(self._selector)
+        self.loop = asyncio.SelectorEventLoop()
         started = threading.Event()
         self._thread = threading.Thread(target=self._main, args=(started,), name=name)
         self._thread.daemon = True
@@ -85,7 +63,6 @@ class LoopThread:
                 cancel_the_rest(loop)
             finally:
                 loop.close()
-                self._selector.wake_finished()
 
     def in_loop_thread(self) -> bool:
         """Whether the caller is this object's loop thread."""
@@ -100,7 +77,7 @@ class LoopThread:
         if self.in_loop_thread():
             coro.close()
             raise RuntimeError("a blocking call from the event loop thread it waits for")
-        call = _Call(coro)
+        call = _PortalCall(coro)
         try:
             self.loop.call_soon_threadsafe(self._start, call)
         except RuntimeError:  # the loop is closed
@@ -129,16 +106,16 @@ class LoopThread:
             raise RuntimeError("the event loop thread is stopped") from None
         return await asyncio.wrap_future(future)
 
-    def _wait(self, call: _Call[Any]) -> None:
+    def _wait(self, call: _PortalCall[Any]) -> None:
         while not call.done.acquire(timeout=_ALIVE_CHECK_S):
             if not self._thread.is_alive() and not call.done.acquire(blocking=False):
                 call.coro.close()
                 raise RuntimeError("the event loop thread stopped before the call ended")
 
-    def _start(self, call: _Call[Any]) -> None:
+    def _start(self, call: _PortalCall[Any]) -> None:
         call.task = self.loop.create_task(self._settle(call))
 
-    async def _settle(self, call: _Call[Any]) -> None:
+    async def _settle(self, call: _PortalCall[Any]) -> None:
         # The outcome is recorded in the task's last step, not by a done callback (one
         # more loop iteration per call).
         try:
@@ -146,9 +123,9 @@ class LoopThread:
         except BaseException as error:  # the caller's to raise, KeyboardInterrupt too
             call.error = error
         finally:
-            self._selector.finished.append(call.done)
+            call.done.release()
 
-    def _cancel_soon(self, call: _Call[Any]) -> None:
+    def _cancel_soon(self, call: _PortalCall[Any]) -> None:
         def cancel() -> None:
             if call.task is not None:
                 call.task.cancel()

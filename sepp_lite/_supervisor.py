@@ -49,7 +49,7 @@ from typing import IO, Optional
 
 from sepp_lite import _metrics
 from sepp_lite._httpd import HttpServer, Route, parse_listen_address
-from sepp_lite._tasks import TaskSet
+from sepp_lite._taskset import TaskSet
 from sepp_lite.monitor import BEAT_S, Check, WorkerMonitor, health_routes
 from sepp_lite.shutdown import ShutdownHandle, signal_handlers
 from sepp_lite.worker import Worker

@@ -53,10 +53,6 @@ def datetime_to_ms(dt: datetime) -> int:
     return (as_utc(dt) - EPOCH) // _ONE_MS
 
 
-def timedelta_to_ms(td: timedelta) -> int:
-    return td // _ONE_MS
-
-
 def ms_to_datetime(ms: int) -> datetime:
     return EPOCH + timedelta(milliseconds=ms)
 

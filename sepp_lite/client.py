@@ -1,7 +1,7 @@
 """SeppClient: one short coroutine per RPC, with sepp-py 0.1.0's API.
 
 Producer: validate (``_validate``) -> encode (``_codec``) -> one retry loop (``_retry``) -> the
-transport (``_transport``: our own HTTP/2, or a grpclib channel). Consumer: ``reserve``
+transport (``_wire.transport``: our own HTTP/2, or a grpclib channel). Consumer: ``reserve``
 hands out jobs bound to a :class:`Lease`; ``ack``/``nack``/``extend`` settle or keep them.
 """
 
@@ -37,13 +37,13 @@ from sepp_lite._codec.lease import (
     nack_retry_field,
 )
 from sepp_lite._codec.server_info import decode_get_server_info_response
-from sepp_lite._http2 import Keepalive
 from sepp_lite._lease import Lease
-from sepp_lite._redact import protect_credentials_in_logs
 from sepp_lite._retry import RETRIED_BY_POLICY, call_with_retry
 from sepp_lite._status import CallFailure
 from sepp_lite._time import Duration, as_timedelta, datetime_to_ms
-from sepp_lite._transport import (
+from sepp_lite._wire.http2 import Keepalive
+from sepp_lite._wire.redact import protect_credentials_in_logs
+from sepp_lite._wire.transport import (
     DEFAULT_MAX_RECEIVE,
     Http2Transport,
     Transport,
@@ -118,7 +118,7 @@ class SeppClient:
             self._auth = channel.authenticated
         else:
             # A grpclib Channel: the adapter (and grpclib) load only on this path.
-            from sepp_lite._grpclib_transport import GrpclibTransport
+            from sepp_lite._wire.grpclib_transport import GrpclibTransport
 
             self._transport = GrpclibTransport(
                 channel,  # type: ignore[arg-type]

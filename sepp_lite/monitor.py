@@ -33,7 +33,7 @@ from typing import Callable, NamedTuple, Optional
 from sepp_lite import _metrics
 from sepp_lite._httpd import Response, Route, ThreadedHttpServer, parse_listen_address
 from sepp_lite._observe import WorkerObserver
-from sepp_lite._tasks import TaskSet
+from sepp_lite._taskset import TaskSet
 from sepp_lite._time import Duration, as_timedelta
 from sepp_lite.errors import ConnectError, TransportError
 from sepp_lite.worker import Worker

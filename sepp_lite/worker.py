@@ -34,7 +34,7 @@ from sepp_lite._retry import (
     is_permanent,
     is_unreachable,
 )
-from sepp_lite._tasks import TaskSet
+from sepp_lite._taskset import TaskSet
 from sepp_lite._time import Duration, as_timedelta, now_ms, seconds_text
 from sepp_lite.client import SeppClient
 from sepp_lite.errors import (

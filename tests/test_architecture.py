@@ -15,9 +15,10 @@ from typing import Any, Optional
 import pytest
 
 import sepp_lite
-from sepp_lite import _transport
+from sepp_lite._wire import transport
 from sepp_lite.testing import SeppTestServer
 from tests.repo_files import repo_files
+from tests.test_import_cycles import drawn_rooms, modules_of, room_of
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = (ROOT / "ARCHITECTURE.md").read_text()
@@ -35,7 +36,7 @@ INSTANCES = {"client": "SeppClient", "tasks": "Tasks", "worker": "Worker"}
 CALLABLES: dict[str, Any] = {
     "Worker": sepp_lite.Worker,
     "client.enqueue_batch": sepp_lite.SeppClient.enqueue_batch,
-    "Transport.unary": _transport.Transport.unary,
+    "Transport.unary": transport.Transport.unary,
     "before_call": SeppTestServer.before_call,
 }
 
@@ -52,7 +53,7 @@ def python_source() -> str:
 
 def in_repository(mention: str) -> bool:
     """A path as the page writes it: from the root, or relative to the room it is
-    in (``_frames.py`` in ``_http2/``), so it must end a tracked path."""
+    in (``_frames.py`` in ``_wire/http2/``), so it must end a tracked path."""
     if mention.endswith("/"):
         return any(f.startswith(mention) or f"/{mention}" in f for f in tracked_files())
     return any(f == mention or f.endswith(f"/{mention}") for f in tracked_files())
@@ -174,29 +175,29 @@ NAMEDTUPLE_API = {"_replace", "_asdict", "_fields", "_make", "_field_defaults"}
 # (file, the expression as ast.unparse writes it) -> why.
 GRPCLIB = "grpclib internals, documented where they are used"
 TEST_SERVER = GRPCLIB + " (the test server: "
+# from_channel: what a grpclib Channel was given, and its socket.
+FROM_CHANNEL = "_wire/grpclib_transport.py"
 ALLOWED_PRIVATE = {
     ("_caller_loop.py", "asyncio._get_running_loop"): "in asyncio.events.__all__: the "
     "check for a running loop that returns None instead of raising",
     ("sync.py", "asyncio._get_running_loop"): "as in _caller_loop.py",
     ("tasks/_convert.py", "getattr(typing.get_origin(hint), '_name')"): "typing's "
     "Required/NotRequired name themselves only there (Python 3.9 to 3.13)",
-    # from_channel: what a grpclib Channel was given, and its socket.
-    ("_grpclib_transport.py", "channel._ssl"): GRPCLIB + " (TLS or not)",
-    ("_grpclib_transport.py", "channel._authority"): GRPCLIB + " (the :authority header)",
-    ("_grpclib_transport.py", "getattr(channel, '_path')"): GRPCLIB + " (a label for errors)",
-    ("_grpclib_transport.py", "getattr(channel, '_host')"): GRPCLIB + " (the same)",
-    ("_grpclib_transport.py", "getattr(channel, '_port')"): GRPCLIB + " (the same)",
-    ("_grpclib_transport.py", "self.channel._protocol"): GRPCLIB + " (close: the socket)",
-    ("_grpclib_transport.py", "getattr(getattr(protocol, 'connection', None), '_transport')"): (
+    (FROM_CHANNEL, "channel._ssl"): GRPCLIB + " (TLS or not)",
+    (FROM_CHANNEL, "channel._authority"): GRPCLIB + " (the :authority header)",
+    (FROM_CHANNEL, "getattr(channel, '_path')"): GRPCLIB + " (a label for errors)",
+    (FROM_CHANNEL, "getattr(channel, '_host')"): GRPCLIB + " (the same)",
+    (FROM_CHANNEL, "getattr(channel, '_port')"): GRPCLIB + " (the same)",
+    (FROM_CHANNEL, "self.channel._protocol"): GRPCLIB + " (close: the socket)",
+    (FROM_CHANNEL, "getattr(getattr(protocol, 'connection', None), '_transport')"): (
         GRPCLIB + " (the same)"
     ),
-    ("_grpclib_transport.py", "getattr(processor.connection, '_transport')"): GRPCLIB
+    (FROM_CHANNEL, "getattr(processor.connection, '_transport')"): GRPCLIB
     + " (corking the socket)",
-    ("_grpclib_transport.py", "getattr(connection, '_connection')"): GRPCLIB + " (h2's "
-    "closed-stream memory)",
-    ("_grpclib_transport.py", "getattr(h2_connection, '_closed_streams')"): "h2's, the same",
-    ("_grpclib_transport.py", "getattr(closed, '_size_limit')"): "h2's, the same",
-    ("_grpclib_transport.py", "closed._size_limit"): "h2's, the same",
+    (FROM_CHANNEL, "getattr(connection, '_connection')"): GRPCLIB + " (h2's closed-stream memory)",
+    (FROM_CHANNEL, "getattr(h2_connection, '_closed_streams')"): "h2's, the same",
+    (FROM_CHANNEL, "getattr(closed, '_size_limit')"): "h2's, the same",
+    (FROM_CHANNEL, "closed._size_limit"): "h2's, the same",
     ("testing/_service.py", "getattr(stream, '_stream')"): TEST_SERVER + "a reply written "
     "straight to the HTTP/2 stream)",
     ("testing/_service.py", "stream._send_initial_metadata_done"): TEST_SERVER + "the same)",
@@ -355,7 +356,7 @@ def test_no_class_overrides_a_private_method_of_another_module() -> None:
     assert private_overrides() == set(ALLOWED_OVERRIDES)
 
 
-# -- HPACK stays inside _http2 --------------------------------------------------------
+# -- HPACK stays inside _wire/http2 ----------------------------------------------------
 
 _HEADER_NAME = re.compile(rb"^:?[a-z0-9][a-z0-9-]*$")
 
@@ -378,13 +379,13 @@ def test_the_hpack_detector_finds_a_hand_made_literal() -> None:
 
 
 def test_no_hpack_bytes_are_composed_outside_http2() -> None:
-    """Header blocks are ``_http2/_headers.py``'s: elsewhere, no bytes constant is an
+    """Header blocks are ``_wire/http2/_headers.py``'s: elsewhere, no bytes constant is an
     HPACK literal and no field size (``len(...) + 32``) is computed by hand."""
     package = ROOT / "sepp_lite"
     found = []
     for path in sorted(package.rglob("*.py")):
         relative = path.relative_to(ROOT).as_posix()
-        if relative.startswith(("sepp_lite/_http2/", "sepp_lite/_proto/")):
+        if relative.startswith(("sepp_lite/_wire/http2/", "sepp_lite/_proto/")):
             continue
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.Constant) and isinstance(node.value, bytes):
@@ -398,4 +399,150 @@ def test_no_hpack_bytes_are_composed_outside_http2() -> None:
                     for c in ast.walk(s)
                 ):
                     found.append(f"{relative}:{node.lineno}: a field size by hand")
-    assert not found, "HPACK composed outside _http2:\n" + "\n".join(found)
+    assert not found, "HPACK composed outside _wire/http2:\n" + "\n".join(found)
+
+
+# -- one name, one thing ------------------------------------------------------------------
+
+# Modules whose names are the same, once a leading underscore and a plural "s" are
+# set aside, and which are let be, each with its reason. The modules of cli/ are
+# left out: each is named after its command (cli/worker.py runs `sepp-lite worker`).
+ALLOWED_SAME_STEM = {
+    frozenset({"__main__.py", "testing/__main__.py"}): "Python's name for `python -m`",
+    frozenset({"cli/__init__.py", "testing/_cli.py"}): "a command line each: sepp-lite's "
+    "and `python -m sepp_lite.testing`'s",
+    frozenset({"_codec/lease.py", "_lease.py"}): "the wire form of Ack, Nack and Extend "
+    "(in the codec's folder, named by message family) and the lease they act on",
+    frozenset({"_wire/http2/_config.py", "testing/_config.py"}): "each package's own "
+    "settings: the HTTP/2 knobs, the test server's options",
+    frozenset({"_codec/__init__.py", "tasks/_codecs.py"}): "the protobuf codec, and a "
+    "task's payload codecs (the public word: `codec=`, `tasks.JsonCodec`)",
+    frozenset({"tasks/__init__.py", "tasks/_task.py"}): "the package and its `Task`",
+    frozenset({"_clock.py", "testing/_clock.py"}): "one thing: the clock protocol and the "
+    "wall clock, and the test server's clocks of that shape (ManualClock, RealClock)",
+}
+# Top-level classes and functions that share a name on purpose.
+ALLOWED_SAME_CLASS = {
+    "SeppClient": "the blocking client (sync.py) has the async one's name, as sepp-py's",
+}
+ALLOWED_SAME_FUNCTION = {
+    "__getattr__": "a module's lazy names",
+    "__dir__": "the same",
+    "add_parser": "each command of cli/ adds its own",
+    "main": "a command line's entry point",
+    "_retrieve": "the same three lines, a future's exception marked retrieved: _wire/http2 "
+    "imports nothing of sepp_lite, so it keeps its own",
+}
+
+
+def _stem(path: Path) -> str:
+    name = path.parent.name if path.name == "__init__.py" else path.stem
+    return name.lstrip("_").removesuffix("s")
+
+
+def same_named_modules() -> dict[frozenset[str], str]:
+    """Groups of modules of sepp_lite whose names say the same thing, with their stem."""
+    groups: dict[str, set[str]] = {}
+    for path in package_files():
+        name = path.relative_to(PACKAGE).as_posix()
+        if not name.startswith("cli/") or name == "cli/__init__.py":
+            groups.setdefault(_stem(path), set()).add(name)
+    return {frozenset(names): stem for stem, names in groups.items() if len(names) > 1}
+
+
+def test_no_two_modules_have_the_same_name_for_different_things() -> None:
+    """``_tasks.py`` (TaskSet) stood beside ``tasks/``, ``_periodic.py`` beside
+    ``tasks/_periodic.py``, ``_rejections.py`` beside ``_codec/rejections.py`` and
+    ``_codec/_wire.py`` beside ``_wire/``."""
+    assert same_named_modules().keys() == ALLOWED_SAME_STEM.keys()
+    assert _stem(Path("_tasks.py")) == _stem(Path("tasks/__init__.py"))  # the check sees it
+
+
+def top_level_names(kind: type[ast.AST]) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for path in package_files():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, kind) or (
+                kind is ast.FunctionDef and isinstance(node, ast.AsyncFunctionDef)
+            ):
+                name = node.name  # type: ignore[attr-defined]
+                found.setdefault(name, []).append(path.relative_to(PACKAGE).as_posix())
+    return {name: paths for name, paths in found.items() if len(paths) > 1}
+
+
+def test_no_two_classes_or_functions_have_the_same_name() -> None:
+    """Two ``Backoff``s (reconnecting, and a task's retry), two ``Response``s (the
+    health endpoints', HTTP/2's decoded headers), ``not_processed``/``lost`` in both
+    ``_wire/grpc.py`` and ``_wire/http2/_stream.py``, two ``_retry_delay``s: a name
+    found twice meant two things, and a reader had to find out which."""
+    assert set(top_level_names(ast.ClassDef)) == set(ALLOWED_SAME_CLASS)
+    assert set(top_level_names(ast.FunctionDef)) == set(ALLOWED_SAME_FUNCTION)
+
+
+# -- nothing dead -------------------------------------------------------------------------
+
+# Functions of sepp_lite whose name appears nowhere but in their own definition, and
+# which are called all the same, each with its reason.
+CALLED_UNNAMED = {
+    "get_buffer": "asyncio calls it (BufferedProtocol, _wire/http2/_connection.py)",
+    "buffer_updated": "the same",
+    "render_report": "the demo's handler, registered by its decorator",
+    "deliver_webhook": "the same",
+}
+
+
+def unnamed_functions() -> list[str]:
+    """The functions and methods of sepp_lite whose name no Python file of the
+    repository (this one aside) uses, but for their definitions: nothing calls them."""
+    own = Path(__file__).resolve().relative_to(ROOT).as_posix()
+    sources = {f: (ROOT / f).read_text() for f in tracked_files() if f.endswith(".py")}
+    used: dict[str, int] = {}
+    for name, text in sources.items():
+        if name != own and "/_proto/" not in name:
+            for word in re.findall(r"\w+", text):
+                used[word] = used.get(word, 0) + 1
+    defined: dict[str, list[str]] = {}
+    for name, text in sources.items():
+        if name.startswith("sepp_lite/") and "/_proto/" not in name:
+            for node in ast.walk(ast.parse(text)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    defined.setdefault(node.name, []).append(f"{name}:{node.lineno}")
+    return sorted(
+        f"{where} {function}"
+        for function, places in defined.items()
+        if not function.startswith("__") and used.get(function, 0) <= len(places)
+        for where in places
+    )
+
+
+def test_every_function_of_sepp_lite_is_called_somewhere() -> None:
+    """``_codec/_wire.read_str``, ``_time.timedelta_to_ms``,
+    ``Connection.active_streams`` and ``QueueState.is_declared`` had no caller, the
+    tests included; a name written only where it is defined is one more of them."""
+    dead = unnamed_functions()
+    assert sorted(entry.rsplit(" ", 1)[1] for entry in dead) == sorted(CALLED_UNNAMED), dead
+
+
+# -- docs/development.md's Layout table ---------------------------------------------------
+
+
+def layout_rooms() -> list[str]:
+    """The rooms of sepp_lite in the Layout table of docs/development.md, in its order
+    (``sepp_lite/_wire/grpc.py`` is the room ``_wire/grpc``)."""
+    page = (ROOT / "docs" / "development.md").read_text()
+    table = page.split("## Layout", 1)[1]
+    rooms = []
+    for path in re.findall(r"^\| `sepp_lite/([^`]+)` \|", table, flags=re.M):
+        assert in_repository(f"sepp_lite/{path}"), path
+        dotted = "sepp_lite." + path.removesuffix("/").removesuffix(".py").replace("/", ".")
+        rooms.append(room_of(dotted.removesuffix(".__init__")))
+    return rooms
+
+
+def test_the_layout_table_lists_every_room_from_the_bottom_band_up() -> None:
+    rooms = layout_rooms()
+    every = {room_of(module) for module in modules_of(PACKAGE)} - {"_wire"}
+    assert set(rooms) == every, set(rooms) ^ every
+    rank = drawn_rooms(TEXT)
+    ranks = [rank[room] for room in rooms if room in rank]
+    assert ranks == sorted(ranks, reverse=True), [r for r in rooms if r in rank]

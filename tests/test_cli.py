@@ -23,7 +23,7 @@ from grpclib.exceptions import GRPCError
 
 import sepp_lite as sepp
 from sepp_lite import cli
-from sepp_lite._transport import describe_connect_failure
+from sepp_lite._wire.transport import describe_connect_failure
 from sepp_lite.cli import common, enqueue
 from sepp_lite.errors import Status
 from sepp_lite.testing import SeppTestServer

@@ -24,7 +24,7 @@ from sepp_lite import (
     UnauthenticatedError,
     __version__,
 )
-from sepp_lite._transport import Target, parse_address
+from sepp_lite._wire.transport import Target, parse_address
 from sepp_lite.types import RetryDirective, ServerInfo
 from tests.client_helpers import (
     FreezableProxy,

@@ -45,7 +45,7 @@ from sepp_lite._codec.job import JobRecord
 from sepp_lite._codec.lease import encode_ack_response
 from sepp_lite._retry import backoff_delays, call_with_retry
 from sepp_lite._status import CallFailure
-from sepp_lite._transport import Backoff
+from sepp_lite._wire.transport import ReconnectBackoff
 from sepp_lite.errors import Status
 from sepp_lite.testing import SeppTestServer
 from sepp_lite.types import JobCtx
@@ -521,7 +521,7 @@ async def test_server_stopped_then_back_on_the_same_port() -> None:
                 took, early = await elapsed(client.get_server_info())
                 assert isinstance(early, TransportError) and took < 0.5
                 assert "next attempt in" in str(early)
-                await asyncio.sleep(Backoff.INITIAL * (1 + Backoff.JITTER) + 0.05)
+                await asyncio.sleep(ReconnectBackoff.INITIAL * (1 + ReconnectBackoff.JITTER) + 0.05)
                 queue = unique_queue()
                 await client.enqueue(job(queue))
                 assert second.counts(queue) == (1, 0, 0, 0)

@@ -13,11 +13,11 @@ from google.protobuf import descriptor_pb2, duration_pb2, timestamp_pb2
 
 from sepp_lite import errors
 from sepp_lite._codec import schema
-from sepp_lite._codec._wire import key, uvarint
+from sepp_lite._codec._fields import key, uvarint
 from sepp_lite._codec.dead_letters import DeadLetterMessage, DrainIn
 from sepp_lite._codec.job import JobMessage
+from sepp_lite._codec.job_rejection import MEMBER_FIELDS
 from sepp_lite._codec.lease import ExtendResult, NackResult
-from sepp_lite._codec.rejections import MEMBER_FIELDS
 from tests.proto_compile import compile_file
 
 FDP = descriptor_pb2.FieldDescriptorProto

@@ -40,6 +40,7 @@ from sepp_lite._codec.job import (
     encode_reserve_request,
     encode_reserve_response,
 )
+from sepp_lite._codec.job_rejection import RawScheduledTooFar, write_job_rejection
 from sepp_lite._codec.lease import (
     decode_ack_request,
     decode_ack_response,
@@ -55,7 +56,6 @@ from sepp_lite._codec.lease import (
     encode_nack_response,
     nack_retry_field,
 )
-from sepp_lite._codec.rejections import RawScheduledTooFar, write_job_rejection
 from sepp_lite._codec.server_info import encode_get_server_info_response
 from sepp_lite._proto.sepp import v1 as pb
 from sepp_lite.types import (

@@ -49,9 +49,9 @@ from sepp_lite._codec.lease import (
     encode_ack_response,
     encode_nack_response,
 )
-from sepp_lite._grpc import grpc_message, grpc_status, head_problem
-from sepp_lite._http2 import parse_fields
 from sepp_lite._status import CallFailure
+from sepp_lite._wire.grpc import grpc_message, grpc_status, head_problem
+from sepp_lite._wire.http2 import parse_fields
 from sepp_lite.errors import Status
 from tests import test_codec_fuzz
 from tests.client_helpers import (
@@ -109,7 +109,7 @@ def _response_decoders() -> dict[str, Callable[[bytes], object]]:
 def test_every_decoder_the_client_calls_is_fuzzed() -> None:
     fuzzed = {target.decode for target in test_codec_fuzz.TARGETS.values()}
     used: set[str] = set()
-    for module in ("client.py", "worker.py", "_lease.py", "_transport.py", "_otel.py"):
+    for module in ("client.py", "worker.py", "_lease.py", "_wire/transport.py", "_otel.py"):
         source = (ROOT / "sepp_lite" / module).read_text()
         used.update(re.findall(r"\b(decode_\w+_response)\(", source))
     assert used == {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from grpclib.client import Channel
 
-from sepp_lite._grpclib_transport import GrpclibTransport
+from sepp_lite._wire.grpclib_transport import GrpclibTransport
 from tests.client_helpers import sepp_server
 
 

@@ -8,11 +8,11 @@ import gc
 import struct
 
 from sepp_lite import SeppClient
-from sepp_lite._grpc import Reader
-from sepp_lite._http2 import ConnectionState, Http2Config, Keepalive
-from sepp_lite._http2 import _frames as f
-from sepp_lite._http2._headers import request_head
-from sepp_lite._transport import Http2Transport, parse_address
+from sepp_lite._wire.grpc import Reader
+from sepp_lite._wire.http2 import ConnectionState, Http2Config, Keepalive
+from sepp_lite._wire.http2 import _frames as f
+from sepp_lite._wire.http2._headers import request_head
+from sepp_lite._wire.transport import Http2Transport, parse_address
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import sepp_server
 

@@ -15,22 +15,22 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sepp_lite._grpc import Reader
-from sepp_lite._http2 import _frames as f
-from sepp_lite._http2._config import DEFAULT_CONFIG
-from sepp_lite._http2._connection import _READ_BUFFER
-from sepp_lite._http2._flow import DATA_CHUNK, window_increment
-from sepp_lite._http2._reader import (
+from sepp_lite._wire.grpc import Reader
+from sepp_lite._wire.http2 import _frames as f
+from sepp_lite._wire.http2._config import DEFAULT_CONFIG
+from sepp_lite._wire.http2._connection import _READ_BUFFER
+from sepp_lite._wire.http2._flow import DATA_CHUNK, window_increment
+from sepp_lite._wire.http2._reader import (
     FrameReader,
     HandshakeFailure,
     HeaderBlock,
     ProtocolViolation,
 )
-from sepp_lite._http2._settings import PeerSettings
-from sepp_lite._http2._slots import StreamSlots
-from sepp_lite._http2._stream import Stream
-from sepp_lite._http2._timers import Deadlines, Timer
-from sepp_lite._http2._writer import ACK_BATCH, Writer
+from sepp_lite._wire.http2._settings import PeerSettings
+from sepp_lite._wire.http2._slots import StreamSlots
+from sepp_lite._wire.http2._stream import Stream
+from sepp_lite._wire.http2._timers import Deadlines, Timer
+from sepp_lite._wire.http2._writer import ACK_BATCH, Writer
 
 # -- the window-update rule ----------------------------------------------------------------
 

@@ -11,16 +11,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sepp_lite._grpc import grpc_message, grpc_status, timeout_value
-from sepp_lite._http2 import _frames as f
-from sepp_lite._http2._headers import (
+from sepp_lite._status import Status
+from sepp_lite._wire.grpc import grpc_message, grpc_status, timeout_value
+from sepp_lite._wire.http2 import _frames as f
+from sepp_lite._wire.http2._headers import (
     ResponseDecoder,
     literal,
     parse_fields,
     request_head,
 )
-from sepp_lite._status import Status
-from sepp_lite._transport import Backoff
+from sepp_lite._wire.transport import ReconnectBackoff
 
 _names = st.binary(min_size=1, max_size=300).map(lambda b: b.lower())
 _values = st.binary(max_size=5000)
@@ -143,7 +143,7 @@ def test_grpc_status_and_message_parse_like_grpc() -> None:
 
 
 def test_backoff_follows_grpc_connection_backoff() -> None:
-    backoff = Backoff()
+    backoff = ReconnectBackoff()
     delays = [backoff.next() for _ in range(14)]
     bases = [min(1.0 * 1.6**n, 120.0) for n in range(14)]
     for delay, base in zip(delays, bases):

@@ -139,20 +139,46 @@ def test_sepp_lite_has_no_import_cycles() -> None:
     assert not cycles, "import cycles:\n" + "\n\n".join(describe(graph, c) for c in cycles)
 
 
+def script_graph(folder: Path) -> Graph:
+    """Who imports whom among the scripts of ``folder`` (bench/: each runs as
+    ``python bench/x.py``, so its siblings are imported by their bare names)."""
+    scripts = {path.stem: path for path in sorted(folder.glob("*.py"))}
+    graph: Graph = {name: {} for name in scripts}
+    for name, path in scripts.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                names = [node.module or ""]
+            for target in names:
+                if target in scripts and target != name:
+                    graph[name].setdefault(target, f"{folder.name}/{path.name}:{node.lineno}")
+    return graph
+
+
+def test_the_benchmarks_have_no_import_cycles() -> None:
+    """bench/against.py imported run.py, whose --against imported against.py."""
+    graph = script_graph(Path(sepp_lite.__file__).parent.parent / "bench")
+    assert "run" in graph["against"]  # the reader sees bare-name imports
+    cycles = find_cycles(graph)
+    assert not cycles, "import cycles:\n" + "\n\n".join(describe(graph, c) for c in cycles)
+
+
 def test_the_http2_package_imports_nothing_else_of_sepp_lite() -> None:
-    # _http2 is a plain HTTP/2 client: gRPC's rules are _grpc's, errors the client's.
+    # _wire.http2 is a plain HTTP/2 client: gRPC's rules are _wire.grpc's, errors the client's.
     graph = import_graph(Path(sepp_lite.__file__).parent)
-    inside = "sepp_lite._http2"
+    inside = "sepp_lite._wire.http2"
     modules = [name for name in graph if name == inside or name.startswith(inside + ".")]
     assert len(modules) >= 5, modules  # the package and its modules are in the graph
-    assert "sepp_lite._http2._headers" in graph["sepp_lite._http2._connection"]
+    assert "sepp_lite._wire.http2._headers" in graph["sepp_lite._wire.http2._connection"]
     outside = {
         f"{module} -> {target} ({where})"
         for module in modules
         for target, where in graph[module].items()
         if target != inside and not target.startswith(inside + ".")
     }
-    assert not outside, "_http2 imports other sepp_lite modules:\n" + "\n".join(sorted(outside))
+    assert not outside, "_wire.http2 imports other modules:\n" + "\n".join(sorted(outside))
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
@@ -331,12 +357,17 @@ if __name__ == "__main__":  # pragma: no cover - a quick look at the graph
 
 # -- ARCHITECTURE.md's list of rooms, checked against the imports -------------------------
 
-_ROOM = re.compile(r"(?<![\w.])(_?[a-z][a-z0-9_]*)(\.py\b|/)")
+_ROOM = re.compile(r"(?<![\w./])(_?[a-z][a-z0-9_]*(?:/_?[a-z][a-z0-9_]*)*)(\.py\b|/)")
+# Folders whose modules are rooms of their own, drawn as ``_wire/transport.py``: a band
+# of the house on disk, one folder standing on the bottom band only.
+BANDS = ("_wire",)
+BOTTOM_BAND = "bottom band"  # the separator above the rooms everything may import
 
 
 def drawn_rooms(page: str) -> dict[str, int]:
     """The rooms of ARCHITECTURE.md's list and their line in it, top first: a room is
-    named (``worker.py``, ``tasks/``) at the start of a line, before any ``->``."""
+    named (``worker.py``, ``tasks/``, ``_wire/grpc.py``) at the start of a line, before
+    any ``->``."""
     block = page.split("```", 2)[1]
     rank: dict[str, int] = {}
     for number, line in enumerate(block.splitlines()):
@@ -349,18 +380,36 @@ def drawn_rooms(page: str) -> dict[str, int]:
     return rank
 
 
+def bottom_band_line(page: str) -> int:
+    """The line of the separator above the bottom band, counted as drawn_rooms does."""
+    block = page.split("```", 2)[1].splitlines()
+    return next(
+        n
+        for n, line in enumerate(block)
+        if line.lstrip().startswith("-") and (line.rstrip().endswith(BOTTOM_BAND))
+    )
+
+
 def room_of(module: str) -> str:
     parts = module.split(".")[1:]  # without "sepp_lite"
     if not parts:
         return "__init__"
+    if parts[0] in BANDS:
+        return "/".join(parts[:2])  # "_wire" itself, its package, imports nothing
     return "proto" if parts[0] == "_proto" else parts[0]  # drawn as "proto.py -> _proto/"
+
+
+def _page() -> str:
+    return (Path(sepp_lite.__file__).parent.parent / "ARCHITECTURE.md").read_text()
 
 
 def test_architecture_md_draws_each_room_above_every_room_it_imports() -> None:
     package_dir = Path(sepp_lite.__file__).parent
-    rank = drawn_rooms((package_dir.parent / "ARCHITECTURE.md").read_text())
+    rank = drawn_rooms(_page())
     rooms = {room_of(module) for module in modules_of(package_dir)} - {"__init__", "__main__"}
+    rooms -= set(BANDS)
     assert not rooms - set(rank), f"rooms missing from ARCHITECTURE.md: {rooms - set(rank)}"
+    assert not set(rank) - rooms, f"rooms drawn that are not there: {set(rank) - rooms}"
     upward = []
     for module, imports in import_graph(package_dir).items():
         here = room_of(module)
@@ -373,9 +422,95 @@ def test_architecture_md_draws_each_room_above_every_room_it_imports() -> None:
     assert not upward, "\n".join(upward)
 
 
+def test_each_band_folder_is_drawn_as_one_band_on_the_bottom_band() -> None:
+    """``_wire/`` is a band: its rooms are drawn together, nothing else between them,
+    and what they import outside the folder is in the bottom band."""
+    page = _page()
+    rank, bottom = drawn_rooms(page), bottom_band_line(page)
+    graph = import_graph(Path(sepp_lite.__file__).parent)
+    for band in BANDS:
+        lines = sorted({n for room, n in rank.items() if room.startswith(band + "/")})
+        assert len(lines) >= 4, lines  # the band's rooms are in the drawing
+        between = {r for r, n in rank.items() if lines[0] <= n <= lines[-1]}
+        assert all(r.startswith(band + "/") for r in between), between
+        package = f"sepp_lite.{band}"
+        assert graph[package] == {}, f"{package} imports {graph[package]}"
+        above = [
+            f"{where}: {module} imports {target}"
+            for module, imports in graph.items()
+            if module.startswith(package + ".")
+            for target, where in imports.items()
+            if not target.startswith(package + ".") and rank[room_of(target)] < bottom
+        ]
+        assert not above, "the band imports above the bottom band:\n" + "\n".join(above)
+
+
+def drawn_arrows(page: str) -> dict[str, set[str]]:
+    """What the drawing says each room above the bottom band imports: the names after
+    its ``->``, continuation lines included, without what is in parentheses (a band's
+    own rooms are named without the folder: ``grpc`` on a ``_wire/`` line)."""
+    block = page.split("```", 2)[1].splitlines()
+    rank, bottom = drawn_rooms(page), bottom_band_line(page)
+    arrows: dict[str, set[str]] = {}
+    for number, line in enumerate(block[:bottom]):
+        rooms = [room for room, n in rank.items() if n == number]
+        if not rooms:
+            continue
+        column = line.index("->") + 2 if "->" in line else len(line)
+        text = line[column:]
+        for following in block[number + 1 : bottom]:
+            if not following.startswith("  ") or following.lstrip().startswith("-"):
+                break
+            text += " " + following[column:]
+        text = re.sub(r"\([^()]*\)", "", text)
+        for room in rooms:
+            band = room.split("/")[0] if "/" in room else None
+            named = {m.group(1) for m in _ROOM.finditer(text + " ")} | set(
+                re.findall(r"(?<![\w./])(_?[a-z][a-z0-9_]*)(?=[,\s]|$)", text)
+            )
+            arrows[room] = {f"{band}/{n}" if band and f"{band}/{n}" in rank else n for n in named}
+    return arrows
+
+
+def test_architecture_md_lists_what_each_room_imports() -> None:
+    """The arrow after each room above the bottom band names what it imports, no
+    more and no less (a band's rooms are one name, ``_wire/``, seen from outside it)."""
+    page = _page()
+    rank, bottom = drawn_rooms(page), bottom_band_line(page)
+    for band in BANDS:
+        rank[band] = min(n for room, n in rank.items() if room.startswith(band + "/"))
+    actual: dict[str, set[str]] = {}
+    for module, imports in import_graph(Path(sepp_lite.__file__).parent).items():
+        here = room_of(module)
+        for target in imports:
+            there = room_of(target)
+            if there.split("/")[0] in BANDS and here.split("/")[0] != there.split("/")[0]:
+                there = there.split("/")[0]  # seen from outside, a band is one room
+            if there not in (here, "__init__") and rank.get(there, bottom) < bottom:
+                actual.setdefault(here, set()).add(there)
+    drawn = drawn_arrows(page)
+    wrong = {
+        room: (sorted(listed), sorted(actual.get(room, set())))
+        for room, listed in drawn.items()
+        if listed != actual.get(room, set())
+    }
+    assert not wrong, "room: (drawn, imported)\n" + "\n".join(f"{r}: {w}" for r, w in wrong.items())
+    assert drawn["cli"] >= {"_wire", "testing", "_codec"}  # the reader sees folders
+
+
 def test_the_room_reader_reads_names_arrows_and_lines() -> None:
     page = (
         "x\n```\n room  imports\n a.py   ->  b, c/\n            d\n"
         " b.py, c/ (-> e)\n ---\n e.py\n```"
     )
     assert drawn_rooms(page) == {"a": 2, "b": 4, "c": 4, "e": 6}
+    banded = "x\n```\n room\n _w/a.py  ->  b/\n _w/b/ nothing (x)\n ---- bottom band\n z.py\n```"
+    assert drawn_rooms(banded) == {"_w/a": 2, "_w/b": 3, "z": 5}
+    assert bottom_band_line(banded) == 4
+    assert room_of("sepp_lite._wire.http2._frames") == "_wire/http2"
+    assert room_of("sepp_lite._wire") == "_wire" and room_of("sepp_lite.cli.demo") == "cli"
+    arrows = (
+        "x\n```\n a.py   ->  b, _w/ (c),\n   (x     d (a\n            note)\n b.py, d/\n"
+        " ---- bottom band\n```"
+    )
+    assert drawn_arrows(arrows) == {"a": {"b", "_w", "d"}, "b": set(), "d": set()}

@@ -73,7 +73,7 @@ async def test_the_command_a_worker_process_and_the_sync_client_load_none_of_the
 _LAZY_SCRIPT = """
 import sys
 import sepp_lite
-lazy = ("sepp_lite._rejections", "sepp_lite._codec.rejections", "sepp_lite.worker",
+lazy = ("sepp_lite._rejections", "sepp_lite._codec.job_rejection", "sepp_lite.worker",
         "sepp_lite.shutdown")
 print(",".join(name for name in lazy if name in sys.modules))
 from sepp_lite import *

@@ -1,4 +1,4 @@
-"""Periodic jobs (sepp_lite/_periodic.py): schedules, slots and keys, the checks that keep
+"""Periodic jobs (sepp_lite/_scheduler.py): schedules, slots and keys, the checks that keep
 one job per slot, and one scheduler on the in-process server with its manual clock.
 The multi-replica proofs are in test_periodic_replicas.py."""
 
@@ -14,7 +14,7 @@ from typing import Any, Union
 import pytest
 
 from sepp_lite import EnqueueAck, EnqueueRequest, JobCtx, Priority, SeppClient, ServerInfo
-from sepp_lite._periodic import (
+from sepp_lite._scheduler import (
     CLOCK_SKEW_ALLOWANCE,
     MAX_SLOTS_AHEAD,
     PeriodicJob,

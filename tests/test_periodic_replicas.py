@@ -19,10 +19,10 @@ from typing import Any, Optional
 import pytest
 
 from sepp_lite import JobCtx, Payload, SeppClient, Tasks, Worker
-from sepp_lite._periodic import (
+from sepp_lite._clock import Clock
+from sepp_lite._scheduler import (
     PeriodicJob,
     PeriodicScheduler,
-    SchedulerClock,
     periodic_slot,
 )
 from sepp_lite.testing import ManualClock, SeppTestServer
@@ -69,7 +69,7 @@ class Replica:
         queue: str,
         jobs: list[PeriodicJob],
         runs: Runs,
-        clock: Optional[SchedulerClock],
+        clock: Optional[Clock],
         tasks: Optional[Tasks] = None,
     ):
         self.addr, self.queue, self.jobs, self.runs, self.clock = addr, queue, jobs, runs, clock

@@ -30,7 +30,7 @@ from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
 
 import sepp_lite as sepp
 from sepp_lite import _otel
-from sepp_lite._transport import tls_context
+from sepp_lite._wire.transport import tls_context
 from sepp_lite.errors import Status
 from sepp_lite.testing import QueueConfig, SeppTestServer
 from tests.client_helpers import DROP, HANG, ScriptedServer, free_port, server_info_bytes

@@ -9,11 +9,12 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from sepp_lite import errors
-from sepp_lite._codec.rejections import RawScheduledTooFar
+from sepp_lite._codec.job_rejection import RawScheduledTooFar
 from sepp_lite._time import EPOCH
 from sepp_lite.testing import ManualClock, QueueConfig, QueueCounts, RealClock, RpcError
+from sepp_lite.testing._rules import is_uuid
 from sepp_lite.testing._siphash import retry_jitter_hash, siphash
-from sepp_lite.testing._state import Code, QueueState, is_uuid
+from sepp_lite.testing._state import Code, QueueState
 from tests.server_helpers import (
     START_MS,
     UUID0,

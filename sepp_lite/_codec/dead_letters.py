@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from typing import NamedTuple, Optional
 
 from sepp_lite import errors
-from sepp_lite._codec._wire import (
+from sepp_lite._codec._fields import (
     check_uint32,
     field_bytes,
     field_str,

@@ -10,7 +10,7 @@ from datetime import datetime
 from typing import Callable, NamedTuple, Optional, Union
 
 from sepp_lite import errors
-from sepp_lite._codec._wire import (
+from sepp_lite._codec._fields import (
     check_uint32,
     datetime_body,
     field_bool,
@@ -237,13 +237,13 @@ def write_enqueue_response(job_id: str, deduplicated: bool) -> bytes:
 # The rejection codec and the JobRejection classes it builds load when a rejection is
 # first met, not with the client (sepp_lite/_rejections.py says why).
 def _read_rejection(data: bytes, pos: int, stop: int) -> errors.JobRejection:
-    from sepp_lite._codec.rejections import read_job_rejection
+    from sepp_lite._codec.job_rejection import read_job_rejection
 
     return read_job_rejection(data, pos, stop)
 
 
 def _write_rejection(rejection: errors.JobRejection) -> bytes:
-    from sepp_lite._codec.rejections import write_job_rejection
+    from sepp_lite._codec.job_rejection import write_job_rejection
 
     return write_job_rejection(rejection)
 

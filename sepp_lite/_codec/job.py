@@ -11,10 +11,11 @@ from datetime import datetime
 from typing import Callable, NamedTuple, Optional, TypeVar
 
 from sepp_lite import errors
-from sepp_lite._codec._wire import (
+from sepp_lite._codec._fields import (
     check_uint32,
     end_check,
     field_bytes,
+    field_optional_str,
     field_str,
     field_uint,
     guarded,
@@ -85,17 +86,13 @@ _U32 = 0xFFFF_FFFF
 # ReserveRequest: written by the client, read by the in-process server
 
 
-def _optional_str_field(field: int, value: str | None) -> bytes:
-    return b"" if value is None else field_str(field, value)
-
-
 def encode_reserve_request(opts: ReserveOptions, max_jobs: int | None = None) -> bytes:
     """``ReserveRequest``; ``max_jobs`` overrides the options' own when given. Raises
     ``ValueError`` for negative durations or a count outside uint32."""
     parts = [field_str(RESERVE_REQUEST_QUEUES, queue) for queue in opts.queues]
     parts.append(field_bytes(RESERVE_REQUEST_WAIT_TIMEOUT, timedelta_body(opts.wait_timeout)))
     parts.append(field_bytes(RESERVE_REQUEST_LEASE_DURATION, timedelta_body(opts.lease_duration)))
-    parts.append(_optional_str_field(RESERVE_REQUEST_WORKER_ID, opts.worker_id))
+    parts.append(field_optional_str(RESERVE_REQUEST_WORKER_ID, opts.worker_id))
     limit = opts.max_jobs if max_jobs is None else max_jobs
     if limit is not None:
         parts.append(field_uint(RESERVE_REQUEST_MAX_JOBS, check_uint32(limit, "max_jobs")))

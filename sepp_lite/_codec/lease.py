@@ -11,10 +11,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 from typing import Callable, NamedTuple, Optional
 
-from sepp_lite._codec._wire import (
+from sepp_lite._codec._fields import (
     check_uint32,
     field_bool,
     field_bytes,
+    field_optional_str,
     field_str,
     field_uint,
     guarded,
@@ -65,13 +66,9 @@ def _fence(job_id_field: int, attempt_field: int, job_id: str, attempt: int) -> 
     return head + field_uint(attempt_field, attempt) if attempt else head
 
 
-def _optional_str_field(field: int, value: str | None) -> bytes:
-    return b"" if value is None else field_str(field, value)
-
-
 def encode_ack_request(job_id: str, attempt: int, worker_id: str | None) -> bytes:
     """``AckRequest``."""
-    return _fence(ACK_REQUEST_JOB_ID, ACK_REQUEST_ATTEMPT, job_id, attempt) + _optional_str_field(
+    return _fence(ACK_REQUEST_JOB_ID, ACK_REQUEST_ATTEMPT, job_id, attempt) + field_optional_str(
         ACK_REQUEST_WORKER_ID, worker_id
     )
 
@@ -102,9 +99,9 @@ def encode_nack_request(
     """``NackRequest``; ``retry`` comes from :func:`nack_retry_field`."""
     return (
         _fence(NACK_REQUEST_JOB_ID, NACK_REQUEST_ATTEMPT, job_id, attempt)
-        + _optional_str_field(NACK_REQUEST_REASON, reason)
+        + field_optional_str(NACK_REQUEST_REASON, reason)
         + retry
-        + _optional_str_field(NACK_REQUEST_WORKER_ID, worker_id)
+        + field_optional_str(NACK_REQUEST_WORKER_ID, worker_id)
     )
 
 
@@ -115,7 +112,7 @@ def encode_extend_request(
     return (
         _fence(EXTEND_REQUEST_JOB_ID, EXTEND_REQUEST_ATTEMPT, job_id, attempt)
         + field_bytes(EXTEND_REQUEST_LEASE_DURATION, timedelta_body(lease))
-        + _optional_str_field(EXTEND_REQUEST_WORKER_ID, worker_id)
+        + field_optional_str(EXTEND_REQUEST_WORKER_ID, worker_id)
     )
 
 

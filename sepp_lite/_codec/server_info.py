@@ -8,7 +8,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from sepp_lite import errors
-from sepp_lite._codec._wire import (
+from sepp_lite._codec._fields import (
     datetime_body,
     field_bool,
     field_bytes,

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Optional, TypeVar, Union
 
-from sepp_lite._codec._wire import (
+from sepp_lite._codec._fields import (
     as_int64,
     check_int64,
     end_check,
@@ -279,7 +279,7 @@ _TIMESTAMPS: dict[bytes, datetime | None] = {}
 
 def read_timestamp(data: bytes, pos: int, stop: int) -> datetime | None:
     """A Timestamp as a UTC datetime, ``None`` when not representable (see
-    :func:`~sepp_lite._codec._wire.to_datetime`); cached by its bytes."""
+    :func:`~sepp_lite._codec._fields.to_datetime`); cached by its bytes."""
     raw = data[pos:stop]
     try:
         return _TIMESTAMPS[raw]

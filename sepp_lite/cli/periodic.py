@@ -61,7 +61,7 @@ def _schedules(args: argparse.Namespace) -> list[dict[str, Any]]:
     return out
 
 
-def _slot_text(slot: datetime, tz: Any) -> str:
+def _shown_slot(slot: datetime, tz: Any) -> str:
     text = slot.strftime("%Y-%m-%dT%H:%M:%SZ")
     if tz is None or tz is timezone.utc:
         return text
@@ -86,5 +86,5 @@ async def _cmd_periodic(args: argparse.Namespace) -> int:
             f"lookahead {item['lookahead_s']:g} s, misfire_grace {grace_text}"
         )
         for slot in item["next_slots"]:
-            print(f"  {_slot_text(slot, item['tz'])}")
+            print(f"  {_shown_slot(slot, item['tz'])}")
     return EXIT_OK

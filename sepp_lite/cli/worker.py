@@ -249,11 +249,11 @@ async def build_when_reachable(
     fails, in this command or in the user's factory), for at most ``wait`` seconds,
     with one log line per attempt; then :class:`CliError`. Other errors (a refused key,
     a bad address or TLS setting) are raised at once."""
-    from sepp_lite._transport import Backoff
+    from sepp_lite._wire.transport import ReconnectBackoff
 
     loop = asyncio.get_running_loop()
     started = loop.time()
-    backoff = Backoff()
+    backoff = ReconnectBackoff()
     attempt = 0
     while True:
         attempt += 1

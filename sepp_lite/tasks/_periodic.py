@@ -1,6 +1,6 @@
 """Periodic tasks: ``@tasks.periodic(cron=..., tz=...)`` or ``every=...`` registers a task
 that takes no input, and each worker of the registry keeps its next slots enqueued
-(:mod:`sepp_lite._periodic` has the design: one job per slot through the server's
+(:mod:`sepp_lite._scheduler` has the design: one job per slot through the server's
 deduplication, no leader)."""
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from datetime import tzinfo
 from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from sepp_lite import _log
-from sepp_lite._periodic import PeriodicJob, PeriodicScheduler
+from sepp_lite._scheduler import PeriodicJob, PeriodicScheduler
 from sepp_lite._time import Duration
-from sepp_lite.tasks._signature import describe, is_async, shape_of
+from sepp_lite.tasks._signature import is_async, name_of, shape_of
 from sepp_lite.types import JobCtx
 
 if TYPE_CHECKING:
@@ -43,7 +43,7 @@ def task_function(fn: Fn) -> Callable[[bytes, JobCtx], Awaitable[Any]]:
         def run(_: bytes, ctx: JobCtx) -> Any:
             return fn(ctx) if takes_ctx else fn()
 
-    run.__qualname__ = describe(fn)
+    run.__qualname__ = name_of(fn)
     return run
 
 

@@ -12,12 +12,12 @@ from datetime import tzinfo
 from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union, overload
 
 from sepp_lite import _log, _validate
-from sepp_lite._periodic import (
+from sepp_lite._clock import Clock
+from sepp_lite._scheduler import (
     DEFAULT_DEDUP_WINDOW,
     DEFAULT_LOOKAHEAD,
     PeriodicJob,
     PeriodicScheduler,
-    SchedulerClock,
 )
 from sepp_lite._time import Duration, as_timedelta
 from sepp_lite.tasks._codecs import BytesCodec, Codec, CodecFactory, codec_for
@@ -293,7 +293,7 @@ class Tasks:
         lease_duration: Duration = _DEFAULT_LEASE_S,
         periodic: bool = True,
         dedup_window: Duration = DEFAULT_DEDUP_WINDOW,
-        periodic_clock: Optional[SchedulerClock] = None,
+        periodic_clock: Optional[Clock] = None,
         **options: Any,
     ) -> TaskWorker:
         """A :class:`~sepp_lite.Worker` (the subclass :class:`TaskWorker`) on ``client``

@@ -22,7 +22,7 @@ from typing import Any, Callable, NamedTuple, Optional
 from sepp_lite.tasks._convert import is_union, type_name, unwrap
 from sepp_lite.types import JobCtx
 
-__all__ = ["Shape", "check_task_function", "describe", "is_async", "job_type_of", "shape_of"]
+__all__ = ["Shape", "check_task_function", "is_async", "job_type_of", "name_of", "shape_of"]
 
 Parameter = inspect.Parameter
 
@@ -59,7 +59,7 @@ class Shape(NamedTuple):
 def check_task_function(fn: object) -> None:
     """``TypeError`` unless ``fn`` can be a task's function: an ``async def`` (run on
     the event loop) or a plain ``def`` (run in one of the worker's threads)."""
-    name = describe(fn)
+    name = name_of(fn)
     if inspect.isasyncgenfunction(fn) or inspect.isgeneratorfunction(fn):
         raise TypeError(f"{name!r}: a task is an async def or a plain def, not a generator")
     if inspect.isclass(fn) or not callable(fn):
@@ -83,12 +83,12 @@ def shape_of(fn: Callable[..., Any], *, periodic: bool = False, hinted: bool = T
     if not hinted:
         return Shape(param.name, None, takes_ctx)
     if param.annotation is Parameter.empty:
-        raise TypeError(f"{describe(fn)}: annotate the input {param.name!r} with its type")
+        raise TypeError(f"{name_of(fn)}: annotate the input {param.name!r} with its type")
     try:
         annotation = _resolved(param.annotation, namespace)
     except Exception as exc:  # NameError, SyntaxError, TypeError alike
         raise TypeError(
-            f"{describe(fn)}: cannot resolve the annotation of parameter {param.name!r} "
+            f"{name_of(fn)}: cannot resolve the annotation of parameter {param.name!r} "
             f"({exc}); define what it names at module level, or pass input_type="
         ) from None
     return Shape(param.name, annotation, takes_ctx)
@@ -100,7 +100,7 @@ def _positional(fn: Callable[..., Any], rules: _Rules) -> list[Parameter]:
     try:
         params = inspect.signature(fn).parameters.values()
     except ValueError as exc:  # a builtin without a signature
-        raise TypeError(f"{describe(fn)}: cannot read its parameters ({exc})") from None
+        raise TypeError(f"{name_of(fn)}: cannot read its parameters ({exc})") from None
     positional = []
     for param in params:
         if param.kind in (Parameter.VAR_POSITIONAL, Parameter.VAR_KEYWORD):
@@ -114,7 +114,7 @@ def _positional(fn: Callable[..., Any], rules: _Rules) -> list[Parameter]:
         raise _refused(fn, positional[rules.inputs + 1], f"is a {rules.extra} parameter", rules)
     if len(positional) < rules.inputs:
         raise TypeError(
-            f"{describe(fn)}: a task takes its input as its first parameter (and, "
+            f"{name_of(fn)}: a task takes its input as its first parameter (and, "
             "optionally, the JobCtx as its second); it takes none. For a job without "
             "data, take an input annotated None; to run on a schedule, use @tasks.periodic"
         )
@@ -135,7 +135,7 @@ def _check_ctx(
         if isinstance(annotation, str) and _names_jobctx(annotation):
             return  # JobCtx imported only for type checkers: it says what it is
         raise TypeError(
-            f"{describe(fn)}: cannot resolve the annotation of parameter {param.name!r} "
+            f"{name_of(fn)}: cannot resolve the annotation of parameter {param.name!r} "
             f"({exc}); {rules.ctx_role} parameter receives the JobCtx: annotate it "
             "JobCtx, or leave it unannotated"
         ) from None
@@ -150,7 +150,7 @@ def _check_ctx(
 def _refused(fn: Callable[..., Any], param: Parameter, why: str, rules: _Rules) -> TypeError:
     stars: dict[Any, str] = {Parameter.VAR_POSITIONAL: "*", Parameter.VAR_KEYWORD: "**"}
     shown = stars.get(param.kind, "") + param.name
-    return TypeError(f"{describe(fn)}: parameter {shown!r} {why}: {rules.takes}{rules.advice}")
+    return TypeError(f"{name_of(fn)}: parameter {shown!r} {why}: {rules.takes}{rules.advice}")
 
 
 def _receives_jobctx(tp: Any) -> bool:
@@ -192,11 +192,11 @@ def _namespace(fn: Any) -> dict[str, Any]:
     return _namespace(call) if inspect.isfunction(call) else {}
 
 
-def describe(fn: object) -> str:
+def name_of(fn: object) -> str:
     """How a task's function is named in messages: its qualified name, that of the
     function a ``partial`` wraps, or ``Class.__call__`` for a callable object."""
     if isinstance(fn, functools.partial):
-        return describe(fn.func)
+        return name_of(fn.func)
     name = getattr(fn, "__qualname__", None)
     if isinstance(name, str):
         return name
@@ -212,7 +212,7 @@ def job_type_of(fn: object, job_type: Optional[str]) -> str:
         return job_type
     name = getattr(fn, "__name__", None)
     if not isinstance(name, str):
-        raise TypeError(f"{describe(fn)} has no __name__: give job_type= to name its jobs")
+        raise TypeError(f"{name_of(fn)} has no __name__: give job_type= to name its jobs")
     return name
 
 

@@ -83,7 +83,7 @@ Retry = Union[Backoff, Callable[[int], Duration]]
 delay (``timedelta`` or seconds)."""
 
 
-def _retry_delay(retry: Retry, attempt: int) -> float:
+def _delay_of(retry: Retry, attempt: int) -> float:
     if isinstance(retry, Backoff):
         return retry.delay(attempt)
     return as_timedelta(retry(attempt), "retry delay").total_seconds()
@@ -389,7 +389,7 @@ class _Guarded:
         except Exception as exc:
             if self._retry is None:
                 raise  # the Worker nacks it for the queue's own retry policy
-            delay = _retry_delay(self._retry, ctx.attempt)
+            delay = _delay_of(self._retry, ctx.attempt)
             reason = f"handler raised {type(exc).__name__}: {exc}"
             # Raised from the exception: the Worker logs the attempt once, naming it,
             # with its traceback when this was the job's last attempt.
@@ -435,7 +435,7 @@ class _Guarded:
             reason = f"timed out after {limit} (attempt {ctx.attempt} of {ctx.max_attempts})"
         if self._retry is None:
             return HandlerError(reason, Directive.DEFAULT)
-        return HandlerError(reason, Directive.after(_retry_delay(self._retry, ctx.attempt)))
+        return HandlerError(reason, Directive.after(_delay_of(self._retry, ctx.attempt)))
 
 
 def _cancelled_by_others(task: asyncio.Task[Any]) -> bool:

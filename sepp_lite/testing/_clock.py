@@ -1,38 +1,21 @@
 """Clocks for the in-process server.
 
-The state machine reads the time and schedules its timers only through a clock, so a
-test can swap the wall clock for a :class:`ManualClock` and move time by hand: leases,
+The state machine reads the time and schedules its timers only through a clock
+(``sepp_lite._clock.Clock``, the shape the periodic scheduler takes too), so a test can
+swap the wall clock for a :class:`ManualClock` and move time by hand: leases,
 schedules, dedup windows, long-poll deadlines and retention then need no real waiting.
 """
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import itertools
 import time
-from typing import Callable, Optional, Protocol
+from typing import Callable, Optional
+
+from sepp_lite._clock import Clock, TimerHandle, WallClock
 
 __all__ = ["Clock", "ManualClock", "RealClock", "TimerHandle"]
-
-
-class TimerHandle(Protocol):
-    """What :meth:`Clock.call_at` returns: something that can be cancelled."""
-
-    def cancel(self) -> None: ...
-
-
-class Clock(Protocol):
-    """Milliseconds since the Unix epoch, and timers at such instants."""
-
-    def now_ms(self) -> int:
-        """The current time in integer milliseconds; never smaller than a previous answer."""
-        ...
-
-    def call_at(self, deadline_ms: int, callback: Callable[[], None]) -> TimerHandle:
-        """Run ``callback`` once the clock reaches ``deadline_ms``; return a handle whose
-        ``cancel()`` stops it."""
-        ...
 
 
 class _NoTimer:
@@ -42,7 +25,7 @@ class _NoTimer:
         pass
 
 
-class RealClock:
+class RealClock(WallClock):
     """Wall-clock milliseconds, clamped so that time never goes backwards (as the
     server's stamp clamp does); timers run on the running asyncio loop."""
 
@@ -51,7 +34,7 @@ class RealClock:
 
     def now_ms(self) -> int:
         """The wall clock in ms, or the last answer if the wall clock stepped back."""
-        now = time.time_ns() // 1_000_000
+        now = super().now_ms()
         if now < self._last:
             return self._last
         self._last = now
@@ -61,11 +44,9 @@ class RealClock:
         """A ``loop.call_later`` timer. Outside a running loop nothing is armed (the
         state machine then catches up on due work at its next operation)."""
         try:
-            loop = asyncio.get_running_loop()
-        except RuntimeError:
+            return super().call_at(deadline_ms, callback)
+        except RuntimeError:  # no running loop
             return _NoTimer()
-        delay = max(0, deadline_ms - self.now_ms()) / 1000
-        return loop.call_later(delay, callback)
 
 
 class _ManualTimer:

@@ -15,7 +15,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Callable, Optional
 
-from sepp_lite._codec._wire import guarded, read_len, read_tag, skip_field
+from sepp_lite._codec._fields import guarded, read_len, read_tag, skip_field
 from sepp_lite._codec.dead_letters import (
     decode_drain_dead_letters_request,
     encode_drain_dead_letters_response,

@@ -18,7 +18,7 @@ import grpclib.server
 from grpclib.config import Configuration
 from grpclib.protocol import H2Protocol
 
-from sepp_lite._redact import protect_credentials_in_logs
+from sepp_lite._wire.redact import protect_credentials_in_logs
 from sepp_lite.testing._clock import Clock, ManualClock, RealClock
 from sepp_lite.testing._config import ConfigError, PemSource, ServerConfig
 from sepp_lite.testing._service import QueueService, RawCodec, Routes

@@ -17,7 +17,7 @@ from grpclib.encoding.base import CodecBase
 from grpclib.exceptions import GRPCError
 from grpclib.server import Stream
 
-from sepp_lite._cork import cork
+from sepp_lite._wire.cork import cork
 from sepp_lite.errors import DecodeError
 from sepp_lite.testing._dispatch import (
     HEALTH_CHECK,

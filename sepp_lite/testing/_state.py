@@ -1,11 +1,12 @@
 """The queue state machine of the in-process server, independent of any transport.
 
-It applies the real server's semantics (``server-semantics.md``) to the request
-records the codec decodes (``sepp_lite._codec``'s ``*In`` classes) and returns what its
-response encoders take. All
-operations run to completion synchronously (one "committer"), each stamped with one
-time from the clock; only the long-poll wait is a coroutine. Request errors raise
-:class:`RpcError` with the gRPC status code and message the real server sends.
+It applies the real server's semantics (sepp's server reference, not part of this
+repository) to the request records the codec decodes (``sepp_lite._codec``'s ``*In``
+classes) and returns what its response encoders take. All operations run to completion
+synchronously (one "committer"), each stamped with one time from the clock; only the
+long-poll wait is a coroutine. Request errors raise :class:`RpcError` with the gRPC
+status code and message the real server sends; what makes a request invalid, or a job
+refused, is ``_rules.py``'s.
 """
 
 from __future__ import annotations
@@ -16,8 +17,8 @@ import heapq
 import logging
 import os
 from bisect import insort
-from collections.abc import Iterable, Mapping, Sequence
-from datetime import datetime, timedelta, timezone
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, NamedTuple, Optional
 
 from sepp_lite import errors
@@ -25,12 +26,25 @@ from sepp_lite._codec.dead_letters import DeadLetterOut
 from sepp_lite._codec.enqueue import EnqueueIn, EnqueueOutcome
 from sepp_lite._codec.job import JobRecord, ReserveIn
 from sepp_lite._codec.lease import LeaseIn
-from sepp_lite._codec.rejections import RawScheduledTooFar
 from sepp_lite._time import ms_to_datetime
 from sepp_lite.testing._clock import Clock, RealClock, TimerHandle
 from sepp_lite.testing._config import EffectiveLimits, ServerConfig
-from sepp_lite.testing._names import queue_name_error, rust_debug, rust_debug_list
-from sepp_lite.testing._siphash import retry_jitter_hash
+from sepp_lite.testing._names import rust_debug_list
+from sepp_lite.testing._rules import (
+    I64_MAX,
+    batch_error,
+    drain_error,
+    duration_ms,
+    extend_error,
+    fence_error,
+    job_error,
+    limit_rejection,
+    nack_error,
+    policy_delay_ms,
+    reserve_error,
+    reserve_limit_error,
+    timestamp_ms,
+)
 from sepp_lite.types import ServerInfo
 
 if TYPE_CHECKING:
@@ -50,10 +64,6 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_U64_MAX = 0xFFFF_FFFF_FFFF_FFFF
-_I64_MIN = -(1 << 63)
-_I64_MAX = (1 << 63) - 1
-_HEX = frozenset("0123456789abcdefABCDEF")
 # Stale lease-heap entries (acked, extended, nacked jobs) are dropped lazily; rebuild
 # the heap when they outnumber the live ones by this much.
 _COMPACT_AT = 4096
@@ -197,24 +207,6 @@ class _Queue:
         return not (self.ready or self.scheduled or self.in_flight or self.dead or self.waiters)
 
 
-# ---------------------------------------------------------------------------------------
-# Wire-value conversions (src/pb.rs)
-
-
-def timestamp_ms(seconds: int, nanos: int) -> int:
-    """A Timestamp as ms: normalised, floored, saturating like the server's i64."""
-    ms = (seconds * 1_000_000_000 + nanos) // 1_000_000
-    return min(max(ms, _I64_MIN), _I64_MAX)
-
-
-def duration_ms(value: Optional[tuple[int, int]]) -> int:
-    """A Duration as ms: negative clamps to 0, sub-ms truncated; absent = 0."""
-    if value is None:
-        return 0
-    total = value[0] * 1_000_000_000 + value[1]
-    return min(max(total, 0) // 1_000_000, _U64_MAX)
-
-
 def new_job_id() -> str:
     """A random UUID v4, lower-case hyphenated (``str(uuid.uuid4())``, faster)."""
     h = os.urandom(16).hex()
@@ -222,188 +214,11 @@ def new_job_id() -> str:
     return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{variant}{h[17:20]}-{h[20:]}"
 
 
-def _total_nanos(value: tuple[int, int]) -> int:
-    return value[0] * 1_000_000_000 + value[1]
-
-
-def _utf8_len(text: str) -> int:
-    return len(text) if text.isascii() else len(text.encode())
-
-
-# ---------------------------------------------------------------------------------------
-# Request validation (src/validate.rs): the first failure wins.
-
-
-def _payload_error(payload: Optional[tuple[bytes, str]]) -> Optional[str]:
-    if payload is None:
-        return None
-    if not payload[0]:
-        return "payload.data must not be empty"
-    if not payload[1]:
-        return "payload.encoding must not be empty"
-    return None
-
-
-def _custom_error(custom: Mapping[str, object]) -> Optional[str]:
-    for key in sorted(custom):
-        if not key:
-            return "custom key must not be empty"
-        if custom[key] is None:
-            return f"custom[{key}] must set a value"
-    return None
-
-
-def _job_error(job: EnqueueIn) -> Optional[str]:
-    why = queue_name_error(job.queue)
-    if why is not None:
-        return f"queue {why}"
-    if not job.job_type:
-        return "job_type must not be empty"
-    payload = _payload_error(job.payload)
-    if payload is not None:
-        return payload
-    if job.idempotency_key == "":
-        return "idempotency_key must not be empty"
-    if job.priority is not None and job.priority > 9:
-        return "priority must be <= 9"
-    if job.max_attempts == 0:
-        return "max_attempts must be >= 1"
-    if job.trace is not None and not job.trace[0]:
-        return "trace_context.traceparent must not be empty"
-    return _custom_error(job.custom)
-
-
-def _reserve_error(req: ReserveIn) -> Optional[str]:
-    if not req.queues:
-        return "queues must contain at least 1 item"
-    for queue in req.queues:
-        why = queue_name_error(queue)
-        if why is not None:
-            return f"queues item {why}"
-    if req.wait_timeout is not None and _total_nanos(req.wait_timeout) < 0:
-        return "wait_timeout must not be negative"
-    lease = _lease_error(req.lease_duration)
-    if lease is not None:
-        return lease
-    if req.worker_id == "":
-        return "worker_id must not be empty"
-    if req.max_jobs == 0:
-        return "max_jobs must be >= 1"
-    return None
-
-
-def _lease_error(lease: Optional[tuple[int, int]]) -> Optional[str]:
-    if lease is None:
-        return "lease_duration is required"
-    if _total_nanos(lease) <= 0:
-        return "lease_duration must be greater than 0"
-    return None
-
-
-def is_uuid(text: str) -> bool:
-    """The canonical hyphenated UUID form, either case (``string.uuid``)."""
-    if len(text) != 36:
-        return False
-    for index, char in enumerate(text):
-        if index in (8, 13, 18, 23):
-            if char != "-":
-                return False
-        elif char not in _HEX:
-            return False
-    return True
-
-
-def _fence_error(req: LeaseIn) -> Optional[str]:
-    if not is_uuid(req.job_id):
-        return "job_id must be a UUID"
-    if req.attempt < 1:
-        return "attempt must be >= 1"
-    return None
-
-
-def _nack_error(req: LeaseIn) -> Optional[str]:
-    fence = _fence_error(req)
-    if fence is not None:
-        return fence
-    retry = req.retry
-    if retry is not None:
-        if retry[0] == "unset":
-            return "retry strategy is required"
-        if retry[0] == "delay" and _total_nanos(retry[1:3]) < 0:  # type: ignore[arg-type]
-            return "retry delay must not be negative"
-    return None
-
-
-def _extend_error(req: LeaseIn) -> Optional[str]:
-    return _fence_error(req) or _lease_error(req.lease_duration)
-
-
 def _raise_if(message: Optional[str], worker_id: Optional[str] = None) -> None:
     if message is None and worker_id == "":
         message = "worker_id must not be empty"
     if message is not None:
         raise _invalid(message)
-
-
-def _custom_bytes(custom: Mapping[str, object]) -> int:
-    total = 0
-    for key, value in custom.items():
-        total += _utf8_len(key)
-        if isinstance(value, str):
-            total += _utf8_len(value)
-        elif isinstance(value, bool):
-            total += 1
-        else:
-            total += 8
-    return total
-
-
-def _custom_limit_error(
-    custom: Mapping[str, object], lim: EffectiveLimits
-) -> Optional[errors.JobRejection]:
-    if len(custom) > lim.max_custom_entries:
-        return errors.CustomEntriesTooMany(lim.max_custom_entries, len(custom))
-    for key in sorted(custom):
-        size = _utf8_len(key)
-        if size > lim.max_custom_key_bytes:
-            return errors.CustomKeyTooLong(key, lim.max_custom_key_bytes, size)
-    size = _custom_bytes(custom)
-    if size > lim.max_custom_total_bytes:
-        return errors.CustomMapTooLarge(lim.max_custom_total_bytes, size)
-    return None
-
-
-def _payload_limit_error(job: EnqueueIn, lim: EffectiveLimits) -> Optional[errors.JobRejection]:
-    if job.payload is None:
-        return None
-    data, encoding = job.payload
-    if len(data) > lim.max_payload_bytes:
-        return errors.PayloadTooLarge(lim.max_payload_bytes, len(data))
-    if lim.allowed_encodings is not None and encoding not in lim.allowed_encodings:
-        return errors.EncodingNotAllowed(encoding, list(lim.allowed_encodings))
-    return None
-
-
-def _scheduled_too_far(seconds: int, nanos: int, horizon_ms: int) -> errors.JobRejection:
-    try:
-        actual = ms_to_datetime(timestamp_ms(seconds, nanos))
-    except OverflowError:  # past year 9999; the wire value is echoed verbatim anyway
-        actual = datetime.max.replace(tzinfo=timezone.utc)
-    horizon = timedelta(milliseconds=min(horizon_ms, 86_399_999_999_999))
-    return RawScheduledTooFar(horizon, actual, wire_actual=(seconds, nanos))
-
-
-def _policy_delay_ms(lim: EffectiveLimits, attempt: int, job_id: str) -> int:
-    """The queue retry policy's delay for a nack without an explicit one."""
-    base = lim.retry_delay_ms
-    if base == 0:
-        return 0
-    grown = base
-    if lim.retry_backoff == "exponential":
-        shift = max(attempt - 1, 0)
-        grown = _U64_MAX if shift >= 64 else min(base << shift, _U64_MAX)
-    capped = min(grown, lim.retry_delay_max_ms, lim.max_schedule_horizon_ms)
-    return capped - retry_jitter_hash(job_id, attempt) % (capped // 4 + 1)
 
 
 class QueueState:
@@ -447,10 +262,6 @@ class QueueState:
     def limits_for(self, queue: str) -> EffectiveLimits:
         """The effective settings of ``queue`` (global ones when not declared)."""
         return self._declared.get(queue, self._global)
-
-    def is_declared(self, queue: str) -> bool:
-        """Whether ``queue`` is declared in the config."""
-        return queue in self._declared
 
     @property
     def closing(self) -> bool:
@@ -656,44 +467,14 @@ class QueueState:
 
     # -- EnqueueBatch / EnqueueAtomic --------------------------------------------------
 
-    def _check_batch(self, jobs: Sequence[EnqueueIn]) -> None:
-        if not jobs:
-            raise _invalid("batch must contain at least one job")
-        limit = self.config.limits.max_enqueue_batch
-        if len(jobs) > limit:
-            raise _invalid(f"batch exceeds max_enqueue_batch ({limit})")
-
     def classify(self, job: EnqueueIn, now: int) -> Optional[errors.JobRejection]:
         """The rejection the server gives ``job`` before committing it, or ``None``."""
-        message = _job_error(job)
+        message = job_error(job)
         if message is not None:
             return errors.InvalidRequest(message)
         if self.config.strict_queues and job.queue not in self._declared:
             return errors.UnknownQueue(job.queue)
-        return self._limit_error(job, self.limits_for(job.queue), now)
-
-    def _limit_error(
-        self, job: EnqueueIn, lim: EffectiveLimits, now: int
-    ) -> Optional[errors.JobRejection]:
-        g = self.config.limits
-        size = _utf8_len(job.queue)
-        if size > g.max_queue_name_bytes:
-            return errors.QueueNameTooLong(g.max_queue_name_bytes, size)
-        size = _utf8_len(job.job_type)
-        if size > g.max_job_type_bytes:
-            return errors.JobTypeNameTooLong(g.max_job_type_bytes, size)
-        if lim.allowed_job_types is not None and job.job_type not in lim.allowed_job_types:
-            return errors.JobTypeNotAllowed(job.job_type, list(lim.allowed_job_types))
-        key = job.idempotency_key
-        if key is not None and _utf8_len(key) > g.max_idempotency_key_bytes:
-            return errors.IdempotencyKeyTooLong(g.max_idempotency_key_bytes, _utf8_len(key))
-        rejection = _payload_limit_error(job, lim) or _custom_limit_error(job.custom, lim)
-        if rejection is not None:
-            return rejection
-        at = job.scheduled_at
-        if at is not None and timestamp_ms(*at) > now + lim.max_schedule_horizon_ms:
-            return _scheduled_too_far(at[0], at[1], lim.max_schedule_horizon_ms)
-        return None
+        return limit_rejection(job, self.config.limits, self.limits_for(job.queue), now)
 
     def _dedup_hit(self, job: EnqueueIn, now: int) -> Optional[tuple[str, bool]]:
         key = job.idempotency_key
@@ -730,7 +511,7 @@ class QueueState:
             self._push_ready(job, queue)
         key = req.idempotency_key
         if key is not None:
-            deadline = min(now + lim.dedup_window_ms, _I64_MAX)
+            deadline = min(now + lim.dedup_window_ms, I64_MAX)
             self._dedup[(req.queue, key)] = (job_id, deadline)
             heapq.heappush(self._dedup_timers, (deadline, req.queue, key))
         return job_id, False
@@ -749,7 +530,7 @@ class QueueState:
     def enqueue_batch(self, jobs: Sequence[EnqueueIn]) -> list[EnqueueOutcome]:
         """EnqueueBatch: one ``(job_id, deduplicated)`` or rejection per job, in order.
         Raises :class:`RpcError` for an empty or oversized batch."""
-        self._check_batch(jobs)
+        _raise_if(batch_error(jobs, self.config.limits.max_enqueue_batch))
         now = self._begin()
         try:
             results: list[EnqueueOutcome] = []
@@ -763,7 +544,7 @@ class QueueState:
     def enqueue_atomic(self, jobs: Sequence[EnqueueIn]) -> AtomicResult:
         """EnqueueAtomic: all jobs committed, or none and every refused job listed.
         Raises :class:`RpcError` for an empty or oversized batch."""
-        self._check_batch(jobs)
+        _raise_if(batch_error(jobs, self.config.limits.max_enqueue_batch))
         now = self._begin()
         try:
             refused = []
@@ -811,16 +592,8 @@ class QueueState:
     def prepare_reserve(self, req: ReserveIn) -> ReservePlan:
         """Validate a Reserve and clamp its lease, batch size and wait. Raises
         :class:`RpcError` (INVALID_ARGUMENT, or FAILED_PRECONDITION in strict mode)."""
-        _raise_if(_reserve_error(req))
         g = self.config.limits
-        if len(req.queues) > g.max_reserve_queues:
-            raise _invalid(f"reserve exceeds max_reserve_queues ({g.max_reserve_queues})")
-        for name in req.queues:
-            if _utf8_len(name) > g.max_queue_name_bytes:
-                raise _invalid(
-                    f"queue name {rust_debug(name)} exceeds max_queue_name_bytes "
-                    f"({g.max_queue_name_bytes})"
-                )
+        _raise_if(reserve_error(req) or reserve_limit_error(req, g))
         if self.config.strict_queues:
             unknown = [name for name in req.queues if name not in self._declared]
             if unknown:
@@ -888,7 +661,7 @@ class QueueState:
     def ack(self, req: LeaseIn) -> str:
         """Ack: delete the in-flight job (its dedup record stays). Returns the job id;
         raises :class:`RpcError` NOT_FOUND / FAILED_PRECONDITION / INVALID_ARGUMENT."""
-        _raise_if(_fence_error(req), req.worker_id)
+        _raise_if(fence_error(req), req.worker_id)
         self._begin()
         try:
             job = self._in_flight(req.job_id, req.attempt)
@@ -914,12 +687,12 @@ class QueueState:
         lim = self.limits_for(job.queue)
         if kind == "delay":
             return min(duration_ms(retry[1:3]), lim.max_schedule_horizon_ms)  # type: ignore[index,arg-type]
-        return _policy_delay_ms(lim, req.attempt, req.job_id)
+        return policy_delay_ms(lim, req.attempt, req.job_id)
 
     def nack(self, req: LeaseIn) -> tuple[str, bool]:
         """Nack: retry (now, or after the directive's or the queue policy's delay) or
         dead-letter. Returns ``(job_id, dead_lettered)``; raises :class:`RpcError`."""
-        _raise_if(_nack_error(req), req.worker_id)
+        _raise_if(nack_error(req), req.worker_id)
         now = self._begin()
         try:
             delay = self._retry_delay_ms(req)
@@ -933,7 +706,7 @@ class QueueState:
                 return job.id, True
             job.attempt += 1
             if delay > 0:
-                self._schedule(job, queue, min(now + delay, _I64_MAX))
+                self._schedule(job, queue, min(now + delay, I64_MAX))
             else:
                 self._push_ready(job, queue)
             return job.id, False
@@ -943,7 +716,7 @@ class QueueState:
     def extend(self, req: LeaseIn) -> tuple[str, int]:
         """Extend: a new lease measured from now, clamped to the job's queue cap.
         Returns ``(job_id, lease_expires_ms)``; raises :class:`RpcError`."""
-        _raise_if(_extend_error(req), req.worker_id)
+        _raise_if(extend_error(req), req.worker_id)
         now = self._begin()
         try:
             lease = max(1, duration_ms(req.lease_duration))
@@ -953,7 +726,7 @@ class QueueState:
                     raise RpcError(Code.NOT_FOUND, "job not found")
                 lease = min(lease, self.limits_for(job.queue).max_lease_duration_ms)
             job = self._in_flight(req.job_id, req.attempt)
-            expires = min(now + lease, _I64_MAX)
+            expires = min(now + lease, I64_MAX)
             self._stale_leases += 1
             job.lease_ms = expires
             job.lease_seq += 1
@@ -967,10 +740,7 @@ class QueueState:
     def drain(self, queue: Optional[str], max_records: Optional[int]) -> list[DeadLetterOut]:
         """DrainDeadLetters: remove and return up to ``max`` records, oldest first,
         examining at most ``sweep_limit`` records. Always ``[]`` with retention off."""
-        if queue is not None and not queue:
-            raise _invalid("queue must not be empty")
-        if max_records is not None and max_records < 1:
-            raise _invalid("max must be >= 1")
+        _raise_if(drain_error(queue, max_records))
         self._begin()
         try:
             if self._retention <= 0:

@@ -1,4 +1,4 @@
-"""TaskSet (``sepp_lite/_tasks.py``, the owner of the worker's and the monitor's tasks;
+"""TaskSet (``sepp_lite/_taskset.py``, the owner of the worker's and the monitor's tasks;
 the typed tasks of ``sepp_lite.tasks`` are tested in ``test_typed_tasks*.py``): tasks
 clean up at the end of their own last step, exactly once, also when they are cancelled
 before they ever ran."""
@@ -12,7 +12,7 @@ import warnings
 
 import pytest
 
-from sepp_lite._tasks import TaskSet
+from sepp_lite._taskset import TaskSet
 
 
 async def _quick() -> None:

@@ -119,7 +119,7 @@ def request_head(
     return RequestHead(b"".join(parts), size)
 
 
-class Response(NamedTuple):
+class ResponseHeaders(NamedTuple):
     """A decoded response or trailer block: ``:status`` and ``content-type`` (None
     when absent), and every field by name (the last one of a repeated name)."""
 
@@ -128,10 +128,10 @@ class Response(NamedTuple):
     fields: dict[bytes, bytes]
 
 
-def parse_fields(fields: Iterable[tuple[bytes, bytes]]) -> Response:
-    """A decoded block's fields as a :class:`Response`."""
+def parse_fields(fields: Iterable[tuple[bytes, bytes]]) -> ResponseHeaders:
+    """A decoded block's fields as a :class:`ResponseHeaders`."""
     by_name = dict(fields)
-    return Response(by_name.get(b":status"), by_name.get(b"content-type"), by_name)
+    return ResponseHeaders(by_name.get(b":status"), by_name.get(b"content-type"), by_name)
 
 
 _CACHE_ENTRIES = 256  # distinct cached blocks; typical peers use a handful
@@ -151,12 +151,12 @@ class ResponseDecoder:
         self._decoder = hpack.Decoder(max_header_list_size=max_header_list_size)
         self._errors: Any = hpack.HPACKError
         self._table = self._decoder.header_table
-        self._cache: dict[bytes, Response] = {}
+        self._cache: dict[bytes, ResponseHeaders] = {}
 
     def is_cached(self, block: bytes) -> bool:
         return block in self._cache
 
-    def decode(self, block: bytes) -> Response:
+    def decode(self, block: bytes) -> ResponseHeaders:
         """Raises :class:`HeaderBlockError` for a block that does not decode."""
         cached = self._cache.get(block)
         if cached is not None and self._table.maxsize == 0:

@@ -26,12 +26,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
-from typing import TYPE_CHECKING, Any, Callable, Optional, Protocol, TypeVar, Union
+from typing import TYPE_CHECKING, Callable, Optional, Protocol, TypeVar, Union
 
+from sepp_lite._clock import Clock, WallClock
 from sepp_lite._retry import backoff_delays, is_permanent
 from sepp_lite._time import Duration, as_timedelta, datetime_to_ms, ms_to_datetime
 from sepp_lite.errors import SeppError
@@ -294,24 +294,6 @@ class PeriodicJob:
 # -- the scheduler -----------------------------------------------------------------------
 
 
-class SchedulerClock(Protocol):
-    """Epoch milliseconds and a timer at an instant (``sepp_lite.testing``'s clocks
-    have this shape, so a test can drive a scheduler with the server's manual clock)."""
-
-    def now_ms(self) -> int: ...
-
-    def call_at(self, deadline_ms: int, callback: Callable[[], None]) -> Any: ...
-
-
-class _WallClock:
-    def now_ms(self) -> int:
-        return time.time_ns() // 1_000_000
-
-    def call_at(self, deadline_ms: int, callback: Callable[[], None]) -> Any:
-        delay = max(0, deadline_ms - self.now_ms()) / 1000
-        return asyncio.get_running_loop().call_later(delay, callback)
-
-
 class Producer(Protocol):
     """What a scheduler enqueues with: :class:`~sepp_lite.client.SeppClient` has it."""
 
@@ -359,12 +341,12 @@ class PeriodicScheduler:
         jobs: Sequence[PeriodicJob],
         *,
         dedup_window: Duration = DEFAULT_DEDUP_WINDOW,
-        clock: Optional[SchedulerClock] = None,
+        clock: Optional[Clock] = None,
     ) -> None:
         self._client = client
         self._jobs = list(jobs)
         self._window = as_timedelta(dedup_window, "dedup_window", positive=True)
-        self._clock: SchedulerClock = clock if clock is not None else _WallClock()
+        self._clock: Clock = clock if clock is not None else WallClock()
         self._tracks = {id(job): _Track() for job in self._jobs}
         self._by_type = {(job.queue, job.job_type): job for job in self._jobs}
         self._batch = 256

@@ -14,7 +14,7 @@ from datetime import timedelta
 from typing import Any, Callable, NamedTuple, cast
 
 from sepp_lite import errors
-from sepp_lite._codec._wire import (
+from sepp_lite._codec._fields import (
     datetime_body,
     field_bytes,
     field_str,

@@ -13,8 +13,8 @@ import asyncio
 import itertools
 from typing import Callable
 
-from sepp_lite._http2 import _frames as f
-from sepp_lite._http2._timers import Timer
+from sepp_lite._wire.http2 import _frames as f
+from sepp_lite._wire.http2._timers import Timer
 
 _PING_IDS = itertools.count(1)
 

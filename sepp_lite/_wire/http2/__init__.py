@@ -18,25 +18,25 @@ that imports nothing else of sepp_lite.
 - ``_config``: our side's knobs, in one place.
 
 What a gRPC answer means (statuses, message framing, grpc-timeout) is
-``sepp_lite._grpc``'s; which connection a call uses, reconnecting and transparent
-retries live in ``sepp_lite._transport``.
+``sepp_lite._wire.grpc``'s; which connection a call uses, reconnecting and transparent
+retries live in ``sepp_lite._wire.transport``.
 """
 
 from __future__ import annotations
 
-from sepp_lite._http2._config import DEFAULT_CONFIG, Http2Config
-from sepp_lite._http2._connection import Connection, ConnectionState
-from sepp_lite._http2._frames import CANCEL, ENHANCE_YOUR_CALM, INADEQUATE_SECURITY
-from sepp_lite._http2._headers import (
+from sepp_lite._wire.http2._config import DEFAULT_CONFIG, Http2Config
+from sepp_lite._wire.http2._connection import Connection, ConnectionState
+from sepp_lite._wire.http2._frames import CANCEL, ENHANCE_YOUR_CALM, INADEQUATE_SECURITY
+from sepp_lite._wire.http2._headers import (
     RequestHead,
-    Response,
+    ResponseHeaders,
     extra_fields,
     parse_fields,
     request_head,
 )
-from sepp_lite._http2._keepalive import Keepalive
-from sepp_lite._http2._reader import HandshakeFailure
-from sepp_lite._http2._stream import BodyReader, Failed, Outcome, StreamFailure
+from sepp_lite._wire.http2._keepalive import Keepalive
+from sepp_lite._wire.http2._reader import HandshakeFailure
+from sepp_lite._wire.http2._stream import BodyReader, Failed, Outcome, StreamFailure
 
 __all__ = [
     "CANCEL",
@@ -52,7 +52,7 @@ __all__ = [
     "Keepalive",
     "Outcome",
     "RequestHead",
-    "Response",
+    "ResponseHeaders",
     "StreamFailure",
     "extra_fields",
     "parse_fields",

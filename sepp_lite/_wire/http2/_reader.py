@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Callable, Optional
 
-from sepp_lite._http2 import _frames as f
+from sepp_lite._wire.http2 import _frames as f
 
 
 class ProtocolViolation(Exception):

@@ -1,6 +1,6 @@
 """SETTINGS (RFC 9113 §6.5): the ones we send, and what the peer's allow us.
 
-Ours come from :class:`~sepp_lite._http2._config.Http2Config` and are sent once, with
+Ours come from :class:`~sepp_lite._wire.http2._config.Http2Config` and are sent once, with
 the preface. The peer's are a :class:`PeerSettings` record, holding the defaults of
 RFC 9113 §6.5.2 until its first SETTINGS frame, and changed by every later one.
 """
@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Optional
 
-from sepp_lite._http2 import _frames as f
-from sepp_lite._http2._config import Http2Config
-from sepp_lite._http2._headers import TABLE_SIZE_ZERO
-from sepp_lite._http2._reader import ProtocolViolation
+from sepp_lite._wire.http2 import _frames as f
+from sepp_lite._wire.http2._config import Http2Config
+from sepp_lite._wire.http2._headers import TABLE_SIZE_ZERO
+from sepp_lite._wire.http2._reader import ProtocolViolation
 
 
 def local_settings(config: Http2Config) -> bytes:

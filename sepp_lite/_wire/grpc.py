@@ -1,6 +1,6 @@
 """gRPC's rules for a unary call over HTTP/2 (gRPC's PROTOCOL-HTTP2.md), for both
-transports: the client's own HTTP/2 connection (``_transport``) and the grpclib
-adapter behind ``SeppClient.from_channel`` (``_grpclib_transport``).
+transports: the client's own HTTP/2 connection (``transport``) and the grpclib
+adapter behind ``SeppClient.from_channel`` (``grpclib_transport``).
 
 - the request message's framing (:func:`frame`) and ``grpc-timeout`` values
   (:func:`timeout_value`);
@@ -11,7 +11,7 @@ adapter behind ``SeppClient.from_channel`` (``_grpclib_transport``).
   and whether the server may have processed it.
 
 Every failure comes out as a :class:`~sepp_lite._status.CallFailure`. The HTTP/2
-layer (``_http2``) knows none of this, as grpclib keeps its h2 glue (protocol.py)
+layer (``http2``) knows none of this, as grpclib keeps its h2 glue (protocol.py)
 apart from message framing (stream.py), deadlines (metadata.py) and statuses.
 """
 
@@ -19,16 +19,16 @@ from __future__ import annotations
 
 from typing import Optional, Union
 
-from sepp_lite._http2 import (
+from sepp_lite._status import CallFailure, ResponseTooLarge, Status, status_of
+from sepp_lite._wire.http2 import (
     CANCEL,
     ENHANCE_YOUR_CALM,
     INADEQUATE_SECURITY,
     Failed,
     Outcome,
-    Response,
+    ResponseHeaders,
     StreamFailure,
 )
-from sepp_lite._status import CallFailure, ResponseTooLarge, Status, status_of
 
 # HTTP statuses of answers without grpc-status, as gRPC's http-grpc-status-mapping says.
 HTTP_STATUS = {
@@ -53,7 +53,7 @@ _RESET_STATUS = {
 _PREFIX = 5  # the compressed flag and the message length
 
 
-def frame(message: bytes) -> bytes:
+def length_prefixed(message: bytes) -> bytes:
     """``message`` as a gRPC length-prefixed message, uncompressed."""
     return b"\0" + len(message).to_bytes(4, "big") + message
 
@@ -71,7 +71,7 @@ def timeout_value(seconds: float) -> bytes:
 _STATUS_VALUES = {b"%d" % status: status for status in Status}
 
 
-def grpc_status(response: Response) -> Optional[Status]:
+def grpc_status(response: ResponseHeaders) -> Optional[Status]:
     """The block's ``grpc-status``, None without one; a value grpc cannot read is
     UNKNOWN."""
     value = response.fields.get(b"grpc-status")
@@ -83,7 +83,7 @@ def grpc_status(response: Response) -> Optional[Status]:
     return status_of(int(value)) if value.isdigit() and len(value) < 10 else Status.UNKNOWN
 
 
-def grpc_message(response: Response) -> str:
+def grpc_message(response: ResponseHeaders) -> str:
     """``grpc-message``: percent-encoded UTF-8 (PROTOCOL-HTTP2); a ``%`` not followed
     by two hex digits stays as it is."""
     message = response.fields.get(b"grpc-message", b"")
@@ -103,7 +103,7 @@ def grpc_message(response: Response) -> str:
 _HEX = frozenset(b"0123456789abcdefABCDEF")
 
 
-def head_problem(head: Response) -> Optional[CallFailure]:
+def head_problem(head: ResponseHeaders) -> Optional[CallFailure]:
     """Why response headers are not a gRPC answer, or None."""
     http_status = head.http_status
     if http_status != b"200":
@@ -123,7 +123,7 @@ def head_problem(head: Response) -> Optional[CallFailure]:
 
 
 class Reader:
-    """One unary call's answer, read as it arrives (``_http2``'s ``BodyReader``): one
+    """One unary call's answer, read as it arrives (``http2``'s ``BodyReader``): one
     response message of at most ``limit`` bytes, then trailers with grpc-status OK.
 
     The limit is checked as soon as the message's length prefix is complete, before
@@ -137,7 +137,7 @@ class Reader:
         self.received = 0
         self.expected = -1  # 5 + the message length, once the prefix is known
 
-    def on_head(self, head: Response, end_stream: bool) -> Outcome:
+    def on_head(self, head: ResponseHeaders, end_stream: bool) -> Outcome:
         if not end_stream:
             return head_problem(head)
         if grpc_status(head) is None:
@@ -168,7 +168,7 @@ class Reader:
         self.expected = _PREFIX + size
         return None
 
-    def finish(self, trailers: Optional[Response]) -> Union[bytes, CallFailure]:
+    def finish(self, trailers: Optional[ResponseHeaders]) -> Union[bytes, CallFailure]:
         """The call's result once the answer ended (``trailers`` None: without any)."""
         status = None if trailers is None else grpc_status(trailers)
         if status is None or trailers is None:
@@ -191,12 +191,12 @@ def _no_status() -> CallFailure:
 # -- failures -----------------------------------------------------------------------------
 
 
-def not_processed(message: str) -> CallFailure:
+def unprocessed_call(message: str) -> CallFailure:
     """A call the server never processed: UNAVAILABLE, safe to repeat."""
     return CallFailure(Status.UNAVAILABLE, message, local=True, ambiguous=False, not_processed=True)
 
 
-def lost(message: str) -> CallFailure:
+def lost_call(message: str) -> CallFailure:
     """A call whose connection failed while the server may have been working on it."""
     return CallFailure(Status.UNAVAILABLE, message, local=True, ambiguous=True)
 
@@ -205,9 +205,9 @@ def failure_of(exc: StreamFailure) -> CallFailure:
     """An HTTP/2 stream's failure as the call's."""
     how, message = exc.how, exc.message
     if how is Failed.REFUSED:
-        return not_processed(message)
+        return unprocessed_call(message)
     if how is Failed.LOST:
-        return lost(message)
+        return lost_call(message)
     if how is Failed.RESET:
         return CallFailure(_RESET_STATUS.get(exc.code or 0, Status.INTERNAL), message)
     if how is Failed.DEADLINE:

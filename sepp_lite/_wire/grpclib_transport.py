@@ -3,7 +3,7 @@
 Imported only when a client wraps a grpclib channel, so ``import sepp_lite`` and
 ``SeppClient.connect`` never load grpclib or h2. Every grpclib and h2 failure is turned
 into a :class:`~sepp_lite._status.CallFailure` here (the client maps it with
-``errors.map_failure``); what an answer means is ``_grpc``'s, as for the client's own
+``errors.map_failure``); what an answer means is ``grpc``'s, as for the client's own
 HTTP/2 transport.
 """
 
@@ -18,11 +18,11 @@ from grpclib.client import Channel
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from grpclib.utils import Wrapper
 
-from sepp_lite import _grpc
-from sepp_lite._cork import cork
-from sepp_lite._http2 import Response, parse_fields
 from sepp_lite._status import CallFailure, Status, status_of
-from sepp_lite._transport import (
+from sepp_lite._wire import grpc
+from sepp_lite._wire.cork import cork
+from sepp_lite._wire.http2 import ResponseHeaders, parse_fields
+from sepp_lite._wire.transport import (
     DEFAULT_MAX_RECEIVE,
     SERVICE_PREFIX,
     encode_metadata,
@@ -88,7 +88,7 @@ class GrpclibTransport:
         headers = [*self._base_headers, (b":path", path), *self._tail_headers]
         # Whole seconds, rounded up: the same value from call to call, so h2's HPACK
         # sends it as a one-byte index; the precise deadline is enforced here.
-        headers.append((b"grpc-timeout", _grpc.timeout_value(max(1, -int(-timeout // 1)))))
+        headers.append((b"grpc-timeout", grpc.timeout_value(max(1, -int(-timeout // 1)))))
         if extra:
             headers.extend((name.encode("ascii"), value.encode("ascii")) for name, value in extra)
         return headers
@@ -137,14 +137,14 @@ class GrpclibTransport:
                     _bound_closed_streams(processor.connection)
                 stream = processor.connection.create_stream(wrapper=wrapper)
                 headers: Any = self._headers(method, timeout, extra)  # h2 takes bytes too
-                frame = _grpc.frame(request)
+                frame = grpc.length_prefixed(request)
                 release = None
                 try:
                     # grpclib's Connection keeps its asyncio transport in `_transport`.
                     cork(getattr(processor.connection, "_transport", None))
                     release = await stream.send_request(headers, _processor=processor)
                     await stream.send_data(frame, end_stream=True)
-                    return await _receive(stream, _grpc.Reader(self.max_receive))
+                    return await _receive(stream, grpc.Reader(self.max_receive))
                 finally:
                     if release is not None:
                         if stream.closable:
@@ -172,13 +172,13 @@ class GrpclibTransport:
         await asyncio.sleep(0)
 
 
-async def _receive(stream: Any, reader: _grpc.Reader) -> bytes:
+async def _receive(stream: Any, reader: grpc.Reader) -> bytes:
     """The answer, read with grpclib's stream and judged by ``reader``: the head,
     the message prefix, then exactly as many bytes as it declares."""
     head = _response(await stream.recv_headers())
     # grpclib does not say whether the head ended the stream: one with grpc-status is
     # a trailers-only answer.
-    _check(reader.on_head(head, _grpc.grpc_status(head) is not None))
+    _check(reader.on_head(head, grpc.grpc_status(head) is not None))
     prefix = await _read(stream, 5)
     if prefix:
         _check(reader.on_data(prefix))
@@ -216,9 +216,9 @@ def _as_failure(exc: BaseException) -> CallFailure | None:
         )
     if isinstance(exc, StreamTerminatedError):
         # The request may have reached the server before the connection went away.
-        return _grpc.lost(f"connection lost during the call: {exc}")
+        return grpc.lost_call(f"connection lost during the call: {exc}")
     if isinstance(exc, (ProtocolError, h2.exceptions.ProtocolError)):
-        return _grpc.lost(f"HTTP/2 protocol error: {exc}")
+        return grpc.lost_call(f"HTTP/2 protocol error: {exc}")
     if isinstance(exc, ssl.SSLError):
         # Certificate or handshake trouble does not heal by retrying: no status.
         return CallFailure(None, f"TLS failure: {exc}", local=True, ambiguous=False)
@@ -229,8 +229,8 @@ def _as_failure(exc: BaseException) -> CallFailure | None:
     return None
 
 
-def _response(headers: Any) -> Response:
-    """grpclib's decoded headers (str pairs) as the HTTP/2 layer's Response."""
+def _response(headers: Any) -> ResponseHeaders:
+    """grpclib's decoded headers (str pairs) as the HTTP/2 layer's ResponseHeaders."""
     fields = [
         (name.encode("latin-1"), value.encode("latin-1"))
         if isinstance(name, str)

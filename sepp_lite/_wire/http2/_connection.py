@@ -18,7 +18,7 @@ happens to the calls on them; its parts each keep one kind of state:
 * ``_keepalive.Pinger`` and ``_timers.Timer``: keepalive PINGs, the SETTINGS ACK wait.
 
 Which connection a call uses, reconnecting and retrying are the transport's business
-(``sepp_lite._transport``).
+(``sepp_lite._wire.transport``).
 """
 
 from __future__ import annotations
@@ -30,21 +30,21 @@ import logging
 import socket
 from typing import Optional
 
-from sepp_lite._http2 import _frames as f
-from sepp_lite._http2._config import Http2Config
-from sepp_lite._http2._flow import window_increment
-from sepp_lite._http2._headers import HeaderBlockError, RequestHead, ResponseDecoder
-from sepp_lite._http2._keepalive import Keepalive, Pinger
-from sepp_lite._http2._reader import (
+from sepp_lite._wire.http2 import _frames as f
+from sepp_lite._wire.http2._config import Http2Config
+from sepp_lite._wire.http2._flow import window_increment
+from sepp_lite._wire.http2._headers import HeaderBlockError, RequestHead, ResponseDecoder
+from sepp_lite._wire.http2._keepalive import Keepalive, Pinger
+from sepp_lite._wire.http2._reader import (
     FrameReader,
     HandshakeFailure,
     ProtocolViolation,
     handshake_problem,
     unpad,
 )
-from sepp_lite._http2._settings import PeerSettings, local_settings
-from sepp_lite._http2._slots import StreamSlots
-from sepp_lite._http2._stream import (
+from sepp_lite._wire.http2._settings import PeerSettings, local_settings
+from sepp_lite._wire.http2._slots import StreamSlots
+from sepp_lite._wire.http2._stream import (
     BodyReader,
     Outcome,
     Stream,
@@ -56,8 +56,8 @@ from sepp_lite._http2._stream import (
     reset,
     unsendable,
 )
-from sepp_lite._http2._timers import Deadlines, Timer
-from sepp_lite._http2._writer import Writer
+from sepp_lite._wire.http2._timers import Deadlines, Timer
+from sepp_lite._wire.http2._writer import Writer
 
 logger = logging.getLogger("sepp_lite.http2")
 
@@ -209,10 +209,6 @@ class Connection(asyncio.BufferedProtocol):
     def accepting(self) -> bool:
         """Whether a new call may use this connection."""
         return self.state is ConnectionState.OPEN
-
-    @property
-    def active_streams(self) -> int:
-        return len(self._streams)
 
     async def call(
         self,

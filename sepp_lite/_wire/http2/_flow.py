@@ -15,9 +15,9 @@ import collections
 from collections.abc import Iterable
 from typing import Callable
 
-from sepp_lite._http2 import _frames as f
-from sepp_lite._http2._reader import ProtocolViolation
-from sepp_lite._http2._stream import Stream
+from sepp_lite._wire.http2 import _frames as f
+from sepp_lite._wire.http2._reader import ProtocolViolation
+from sepp_lite._wire.http2._stream import Stream
 
 # The largest DATA frame we write, whatever larger frames the peer allows: a request
 # is sent in chunks of this size, one stream after another, so no call waits behind

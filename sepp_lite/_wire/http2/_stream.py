@@ -2,7 +2,7 @@
 
 HTTP/2 says in what order an answer comes (informational heads, the head, DATA, the
 trailers ending the stream); what the answer means is its reader's business
-(:class:`BodyReader`: ``sepp_lite._grpc`` reads gRPC answers). A stream that ends
+(:class:`BodyReader`: ``sepp_lite._wire.grpc`` reads gRPC answers). A stream that ends
 without an answer ends with a :class:`StreamFailure`, in HTTP/2's terms.
 """
 
@@ -12,7 +12,7 @@ import asyncio
 import enum
 from typing import Optional, Protocol, Union
 
-from sepp_lite._http2._headers import Response
+from sepp_lite._wire.http2._headers import ResponseHeaders
 
 Outcome = Union[None, bytes, Exception]
 """What a frame did to a call: nothing final yet, its answer, or its failure."""
@@ -23,14 +23,14 @@ class BodyReader(Protocol):
     payloads, the trailers. Each method returns the call's result (bytes or an
     exception) when that part decides it, else None."""
 
-    def on_head(self, head: Response, end_stream: bool) -> Outcome:
+    def on_head(self, head: ResponseHeaders, end_stream: bool) -> Outcome:
         """The response head; ``end_stream``: it is the whole answer."""
 
     def on_data(self, payload: bytes) -> Optional[Exception]:
         """A DATA payload (padding removed). A reader refuses a body that is too
         large here, before it keeps it."""
 
-    def finish(self, trailers: Optional[Response]) -> Union[bytes, Exception]:
+    def finish(self, trailers: Optional[ResponseHeaders]) -> Union[bytes, Exception]:
         """The stream ended: with ``trailers``, or on DATA (None)."""
 
 
@@ -116,9 +116,9 @@ class Stream:
         self.reader = reader
         self.pending: Optional[memoryview] = None  # request bytes waiting for window
         self.sent_end = False  # END_STREAM went out: our half is closed
-        self.head: Optional[Response] = None  # the response headers, once they came
+        self.head: Optional[ResponseHeaders] = None  # the response headers, once they came
 
-    def on_headers(self, response: Response, end_stream: bool) -> Outcome:
+    def on_headers(self, response: ResponseHeaders, end_stream: bool) -> Outcome:
         """Take a header block: the response head, a head that is the whole answer, or
         the trailers (``end_stream``). Returns the call's result when this ends it."""
         if self.head is None:
@@ -138,6 +138,6 @@ class Stream:
             return peer_error("the server sent data before its headers")
         return self.reader.on_data(payload)
 
-    def finish(self, trailers: Optional[Response]) -> Union[bytes, Exception]:
+    def finish(self, trailers: Optional[ResponseHeaders]) -> Union[bytes, Exception]:
         """The call's result once the stream ended (``trailers`` None: it ended on DATA)."""
         return self.reader.finish(trailers)

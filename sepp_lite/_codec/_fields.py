@@ -135,11 +135,6 @@ def read_double(data: bytes, pos: int, end: int) -> tuple[float, int]:
     return _unpack_double(data, pos)[0], pos + 8
 
 
-def read_str(data: bytes, pos: int, end: int) -> tuple[str, int]:
-    start, stop = read_len(data, pos, end)
-    return data[start:stop].decode(), stop
-
-
 def end_check(pos: int, stop: int) -> None:
     if pos != stop:
         raise DecodeError("message runs past its declared length")
@@ -283,6 +278,11 @@ def field_bytes(tag: int, value: bytes) -> bytes:
 
 def field_str(tag: int, value: str) -> bytes:
     return field_bytes(tag, value.encode())
+
+
+def field_optional_str(tag: int, value: str | None) -> bytes:
+    """A string field that is left out when ``value`` is None (an optional one)."""
+    return b"" if value is None else field_str(tag, value)
 
 
 def field_uint(tag: int, value: int) -> bytes:

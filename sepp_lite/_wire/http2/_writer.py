@@ -19,9 +19,9 @@ import asyncio
 import collections
 from typing import Optional
 
-from sepp_lite._http2 import _frames as f
-from sepp_lite._http2._flow import SendQueue
-from sepp_lite._http2._reader import ProtocolViolation
+from sepp_lite._wire.http2 import _frames as f
+from sepp_lite._wire.http2._flow import SendQueue
+from sepp_lite._wire.http2._reader import ProtocolViolation
 
 # While a read is parsed, queued ACKs go to the socket once this many have gathered
 # (fewer when the flood bound is small): a burst of PINGs or SETTINGS is answered as

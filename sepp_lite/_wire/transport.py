@@ -2,7 +2,7 @@
 transport interface every call goes through.
 
 Two transports implement :class:`Transport`: :class:`Http2Transport`, the client's own
-HTTP/2 connections (``SeppClient.connect``), and ``_grpclib_transport``'s adapter for a
+HTTP/2 connections (``SeppClient.connect``), and ``grpclib_transport``'s adapter for a
 grpclib ``Channel`` (``SeppClient.from_channel``), imported only when one is used.
 """
 
@@ -17,8 +17,11 @@ import ssl
 import sys
 from typing import NamedTuple, Optional, Protocol
 
-from sepp_lite import _grpc, _log
-from sepp_lite._http2 import (
+from sepp_lite import _log
+from sepp_lite._status import CallFailure, Status
+from sepp_lite._version import __version__
+from sepp_lite._wire import grpc
+from sepp_lite._wire.http2 import (
     DEFAULT_CONFIG,
     Connection,
     HandshakeFailure,
@@ -29,8 +32,6 @@ from sepp_lite._http2 import (
     extra_fields,
     request_head,
 )
-from sepp_lite._status import CallFailure, Status
-from sepp_lite._version import __version__
 from sepp_lite.errors import ConnectError, InvalidApiKeyError
 
 logger = _log.logger()
@@ -308,7 +309,7 @@ class Transport(Protocol):
     async def close(self) -> None: ...
 
 
-class Backoff:
+class ReconnectBackoff:
     """Delays between connection attempts, as grpc's channel makes them
     (connection-backoff.md): 1 s, then x1.6 up to 120 s, each jittered by +-20 %.
 
@@ -390,7 +391,7 @@ class Http2Transport:
         self._current: Optional[Connection] = None
         self._live: set[Connection] = set()  # the current connection and draining ones
         self._connecting: Optional[asyncio.Task[Connection]] = None
-        self._backoff = Backoff()
+        self._backoff = ReconnectBackoff()
         self._retry_at = 0.0
         self._last_failure: Optional[CallFailure] = None  # while backing off
         self._opened = 0
@@ -460,7 +461,7 @@ class Http2Transport:
         if self.closed:
             raise RuntimeError("this SeppClient is closed")
         head = self._heads.get(method) or self._head(method)
-        body = _grpc.frame(request)
+        body = grpc.length_prefixed(request)
         loop = asyncio.get_running_loop()
         attempts = self._config.transparent_retries + 1
         for attempt in range(attempts):
@@ -481,17 +482,17 @@ class Http2Transport:
             # The server learns the deadline too, so it can stop working on a call
             # whose caller has given up (and a long poll ends before it).
             fields: tuple[tuple[bytes, bytes], ...] = (
-                (b"grpc-timeout", _grpc.timeout_value(remaining)),
+                (b"grpc-timeout", grpc.timeout_value(remaining)),
             )
             if extra_metadata:
                 fields += _encoded_metadata(extra_metadata)
             extra, size = extra_fields(fields)
             try:
                 return await conn.call(
-                    head, extra, size, body, deadline_at, _grpc.Reader(self._max_receive)
+                    head, extra, size, body, deadline_at, grpc.Reader(self._max_receive)
                 )
             except StreamFailure as exc:
-                failure = _grpc.failure_of(exc)
+                failure = grpc.failure_of(exc)
             # Transparent retry, as grpc does: a call the server never processed (a
             # GOAWAY past its stream, REFUSED_STREAM, a connection closed before its
             # stream opened) cannot have been applied, so sending it again is safe
