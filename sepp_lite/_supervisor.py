@@ -68,7 +68,7 @@ PIPE_DRAIN_S = 1.0  # after a child exits, how long its status pipe may stay ope
 KILL_WAIT_S = 10.0
 # After a hard stop's SIGQUIT, how long a child has to hand its jobs back before SIGKILL:
 # the worker's grace for cancelled handlers and for their hand-backs, and some to exit.
-HARD_STOP_S = 4.0
+HARD_STOP_S = 5.0
 # PyPy sizes its nursery (the young generation) from the CPU's cache, to 1 MB on many
 # machines. A Worker allocates about 50 KiB per job there (asyncio is pure Python on
 # PyPy) and spent about 30 % of its CPU in the GC; with 4 MB, about a fifth less CPU

@@ -77,7 +77,7 @@ _IDLE_WAIT_S = 0.5
 # After shutdown cancels handlers (shutdown_timeout, or run() cancelled), how long to
 # wait for them to stop; then how long each hand-back (a nack) may still take.
 _CANCEL_GRACE_S = 1.0
-_HAND_BACK_S = 1.0
+_HAND_BACK_S = 2.0  # a nack's bound at shutdown: ms on a healthy link, seconds on a stalled machine
 _HAND_BACK = RetryDirective.after(0)  # ready at once, whatever the queue's retry policy
 _UNHANDLED_REASON = "no handler registered for job_type"
 DEFAULT_UNKNOWN_TYPE_DELAY = timedelta(minutes=5)

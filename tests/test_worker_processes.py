@@ -381,7 +381,7 @@ async def test_a_second_signal_stops_the_children_hard_and_exits_1(
     assert not marks(tmp_path, f"done-{job_id}")
     # Its child cancelled the handler and handed the job back, long before its lease
     # (30 s) would have lapsed.
-    assert server.counts(queue) == (1, 0, 0, 0)
+    assert server.counts(queue) == (1, 0, 0, 0), supervisor.text
     assert server.state.totals()["lease_expired"] == 0
 
 
