@@ -159,7 +159,11 @@ async def test_a_timeout_is_a_retry_line_and_on_the_last_attempt_shows_where_it_
     ]
     assert about[0].exc_info is None
     # The traceback of the cancellation: where the handler was waiting when time ran out.
-    assert "wait_for_the_provider" in caplog.text and caplog.text.count(TRACEBACK) == 1
+    # PyPy's asyncio (pure Python) throws the CancelledError into the coroutine with the
+    # traceback of its own __wakeup only, so there the line shows no handler frame.
+    assert caplog.text.count(TRACEBACK) == 1
+    if sys.implementation.name != "pypy":
+        assert "wait_for_the_provider" in caplog.text
 
 
 async def test_a_retry_carries_its_traceback_only_at_debug(

@@ -520,4 +520,7 @@ def test_bare_containers_travel_alike_in_a_dataclass_a_pydantic_model_and_a_stru
         assert [type(getattr(back, name)) for name in fields] == [dict, list, tuple, set, frozenset]
         with pytest.raises(InputError) as caught:
             codec.decode(unhashable)
-        assert caught.value.path == ".s[1]", (tp, str(caught.value))
+        # msgspec before 0.21 (the last for Python 3.9 is 0.20) raises a bare TypeError
+        # for the unhashable element, with no path to give.
+        old_msgspec = tp is MBag and tuple(map(int, msgspec.__version__.split(".")[:2])) < (0, 21)
+        assert caught.value.path == ("" if old_msgspec else ".s[1]"), (tp, str(caught.value))

@@ -172,6 +172,8 @@ class MsgspecCodec:
             raise msgspec_error(exc) from None
         except self._decode_error as exc:
             raise InputError(f"not valid JSON: {exc}") from None
+        except TypeError as exc:  # msgspec before 0.21: a list where a set's element goes
+            raise InputError(str(exc)) from None
 
 
 def codec_for(tp: Any, factory: Optional[CodecFactory] = None) -> Codec:

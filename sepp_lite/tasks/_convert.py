@@ -72,7 +72,7 @@ class Converter(NamedTuple):
 
 def type_name(tp: Any) -> str:
     """How a type reads in messages: ``int``, ``list[Item]``, ``Optional[str]``."""
-    if isinstance(tp, type):
+    if isinstance(tp, type) and typing.get_origin(tp) is None:  # list[int] is a type before 3.11
         return tp.__name__
     return str(tp).replace("typing.", "")
 
