@@ -4,7 +4,7 @@ The rule is Nagle's, for RPCs. While none of the client's enqueue calls is in fl
 a call goes out at once and alone, exactly as without coalescing (``SeppClient.enqueue``
 sends it itself). A call made while one is in flight waits here; the waiting calls go
 out together as the next batch when the calls in flight have ended, or at once when they
-fill a batch (the server's ``max_enqueue_batch`` jobs, or :data:`MAX_BATCH_BYTES`) and
+fill a batch (the server's ``max_enqueue_batch`` jobs, or ``_sending.MAX_BATCH_BYTES``) and
 fewer than ``max_in_flight`` batches are in flight. No timer holds a call back.
 
 Each caller keeps what it would have had alone:
@@ -63,19 +63,15 @@ from typing import Callable, Optional, Union
 from sepp_lite import _log, _otel, errors
 from sepp_lite._codec.enqueue import decode_enqueue_batch_response
 from sepp_lite._retry import call_with_retry
+from sepp_lite._sending import BatchLimits
 from sepp_lite._status import CallFailure, Status
 from sepp_lite._wire.transport import Transport
 from sepp_lite.types import EnqueueAck, RetryPolicy
 
-__all__ = ["DEFAULT_BATCH_JOBS", "MAX_BATCH_BYTES", "Coalescer"]
+__all__ = ["Coalescer"]
 
 logger = _log.logger()
 
-# The spec's default max_enqueue_batch, used until the client has the server's own.
-DEFAULT_BATCH_JOBS = 256
-# The server's 16 MiB message limit, less room for the gRPC and HTTP/2 framing, used
-# until a server refuses less.
-MAX_BATCH_BYTES = 16 * 1024 * 1024 - 1024
 # Defaults of connect()'s max_enqueue_batches_in_flight and max_enqueues_waiting.
 DEFAULT_MAX_IN_FLIGHT = 2
 DEFAULT_MAX_WAITING = 1024
@@ -198,8 +194,9 @@ class Coalescer:
         self._timeout = rpc_timeout
         self._max_in_flight = max_in_flight
         self._max_waiting = max_waiting
-        self.batch_jobs = DEFAULT_BATCH_JOBS  # the server's max_enqueue_batch, once known
-        self.batch_bytes = MAX_BATCH_BYTES  # lowered when a server refuses a call's size
+        # The server's max_enqueue_batch once known; both lowered when a server refuses
+        # a call's size.
+        self.limits = BatchLimits()
         self.in_flight = 0  # enqueue RPCs: batches, and calls sent alone
         self.waiting = 0  # calls here, or with room reserved, not yet sent
         self._lanes = (_Lane(False), _Lane(True))
@@ -254,8 +251,7 @@ class Coalescer:
             raise
 
     def _full(self, lane: _Lane) -> bool:
-        limit = min(self.batch_jobs, self._max_waiting)
-        return lane.count >= limit or lane.bytes >= self.batch_bytes
+        return lane.count >= self._max_waiting or self.limits.full(lane.count, lane.bytes)
 
     def _abandon(self, entry: _Entry, lane: _Lane) -> None:
         """A cancelled caller: out of its lane (never sent), or out of its batch."""
@@ -345,14 +341,14 @@ class Coalescer:
         passed fail here, unsent."""
         entries: list[_Entry] = []
         size = 0
-        limit, size_limit = self.batch_jobs, self.batch_bytes
+        fits = self.limits.fits
         now = asyncio.get_running_loop().time()
-        while len(entries) < limit:
+        while True:
             entry = lane.head()  # skips callers cancelled while they waited
             if entry is None:
                 break
             part_size = len(entry.part)
-            if entries and size + part_size > size_limit:
+            if not fits(len(entries), size, part_size):
                 break
             lane.take_head()
             self.waiting -= 1
@@ -414,18 +410,19 @@ class Coalescer:
         jobs = len(batch.entries)
         if jobs < 2 or not isinstance(error, _REFUSED_FOR_SIZE):
             return False
+        limits = self.limits
         if isinstance(error, errors.RequestTooLargeError):
             size = sum([len(entry.part) for entry in batch.entries])
-            self.batch_bytes = min(self.batch_bytes, size // 2)
+            limits.size = min(limits.size, size // 2)
         else:
-            self.batch_jobs = min(self.batch_jobs, (jobs + 1) // 2)
+            limits.jobs = min(limits.jobs, (jobs + 1) // 2)
         logger.info(
             "enqueue: the server refused an EnqueueBatch of %d jobs (%s); sending them "
             "again, at most %d jobs and %d bytes a call",
             jobs,
             error,
-            self.batch_jobs,
-            self.batch_bytes,
+            limits.jobs,
+            limits.size,
         )
         live = [entry for entry in batch.entries if not entry.future.done()]
         if live:

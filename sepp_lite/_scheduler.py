@@ -32,7 +32,9 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from typing import TYPE_CHECKING, Callable, Optional, Protocol, TypeVar, Union
 
 from sepp_lite._clock import Clock, WallClock
+from sepp_lite._codec.enqueue import encode_enqueue_batch_request
 from sepp_lite._retry import backoff_delays, is_permanent
+from sepp_lite._sending import BatchLimits, fit_batches, sent_size
 from sepp_lite._time import Duration, as_timedelta, datetime_to_ms, ms_to_datetime
 from sepp_lite.errors import SeppError
 from sepp_lite.types import (
@@ -349,7 +351,7 @@ class PeriodicScheduler:
         self._clock: Clock = clock if clock is not None else WallClock()
         self._tracks = {id(job): _Track() for job in self._jobs}
         self._by_type = {(job.queue, job.job_type): job for job in self._jobs}
-        self._batch = 256
+        self._limits = BatchLimits()
         self._checked = False
         self._sleeping_until: Optional[int] = None
         # The server's clock less ours, as last read (at _read_at, by ours).
@@ -387,7 +389,7 @@ class PeriodicScheduler:
         info = await self._retrying("cannot read the server's limits", self._read_server)
         for job in self._jobs:
             check_server_limits(job, info)
-        self._batch = max(1, info.max_enqueue_batch)
+        self._limits = BatchLimits.of(info)
         self._checked = True
 
     async def run(self) -> None:
@@ -460,11 +462,10 @@ class PeriodicScheduler:
     async def _pass(self) -> int:
         """Enqueue what is due now; return when to look again."""
         now, plans = await self._plans()
-        requests = [(job, slot) for job, plan in plans for slot in plan.send]
-        for start in range(0, len(requests), self._batch):
-            chunk = requests[start : start + self._batch]
-            results = await self._client.enqueue_batch([job.request(s) for job, s in chunk])
-            for (job, slot), result in zip(chunk, results):
+        requests = [(job, slot, job.request(slot)) for job, plan in plans for slot in plan.send]
+        for chunk in fit_batches(requests, self._limits, _sent_size):
+            results = await self._client.enqueue_batch([request for _, _, request in chunk])
+            for (job, slot, _), result in zip(chunk, results):
                 self._record(job, slot, result)
         for job, plan in plans:
             self._settle(job, plan, now)
@@ -615,6 +616,11 @@ def check_server_limits(job: PeriodicJob, info: ServerInfo) -> None:
             f"periodic {job.job_type}: its keys ({len(key.encode())} bytes, e.g. {key!r}) "
             f"are longer than the server accepts ({info.max_idempotency_key_bytes})"
         )
+
+
+def _sent_size(item: tuple[PeriodicJob, int, EnqueueRequest]) -> int:
+    request = item[2]
+    return sent_size(request, len(encode_enqueue_batch_request([request])))
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -39,12 +39,12 @@ from sepp_lite._codec.lease import (
 from sepp_lite._codec.server_info import decode_get_server_info_response
 from sepp_lite._lease import Lease
 from sepp_lite._retry import RETRIED_BY_POLICY, call_with_retry
+from sepp_lite._sending import MAX_MESSAGE_BYTES, BatchLimits, job_rejection
 from sepp_lite._status import CallFailure
 from sepp_lite._time import Duration, as_timedelta, datetime_to_ms
 from sepp_lite._wire.http2 import Keepalive
 from sepp_lite._wire.redact import protect_credentials_in_logs
 from sepp_lite._wire.transport import (
-    DEFAULT_MAX_RECEIVE,
     Http2Transport,
     Transport,
     bearer_metadata,
@@ -99,7 +99,7 @@ class SeppClient:
         auth_metadata: Iterable[tuple[str, str]] | None = None,
         rpc_timeout: Duration = _DEFAULT_RPC_TIMEOUT,
         *,
-        max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE,
+        max_receive_message_bytes: int = MAX_MESSAGE_BYTES,
         check_payload_limit: bool = True,
         coalesce_enqueues: bool | None = None,
         max_enqueue_batches_in_flight: int = _coalesce.DEFAULT_MAX_IN_FLIGHT,
@@ -203,7 +203,7 @@ class SeppClient:
             as_timedelta(keepalive_time, "keepalive_time", positive=True).total_seconds(),
             as_timedelta(keepalive_timeout, "keepalive_timeout", positive=True).total_seconds(),
         )
-        receive_limit = _validate.receive_limit(max_receive_message_bytes, DEFAULT_MAX_RECEIVE)
+        receive_limit = _validate.receive_limit(max_receive_message_bytes, MAX_MESSAGE_BYTES)
         timeout = as_timedelta(connect_timeout, "connect_timeout", positive=True).total_seconds()
         if metadata:
             protect_credentials_in_logs()
@@ -294,9 +294,9 @@ class SeppClient:
         """One logical call: a deadline for all its attempts, retried per the policy
         when ``RETRIED_BY_POLICY`` says it applies to ``method``; a failure raised as
         ``errors.map_failure`` says for ``kind``."""
-        if len(request) > _validate.MAX_REQUEST_BYTES:
+        if len(request) > MAX_MESSAGE_BYTES:
             raise errors.RequestTooLargeError.before_sending(
-                method, len(request), _validate.MAX_REQUEST_BYTES
+                method, len(request), MAX_MESSAGE_BYTES
             )
         seconds = self._rpc_timeout if timeout is None else timeout
         deadline_at = asyncio.get_running_loop().time() + seconds
@@ -339,11 +339,10 @@ class SeppClient:
         refused: dict[int, errors.JobRejection] = {}
         info = self._server_info
         if info is not None and info.max_payload_bytes and self._check_payload_limit:
-            limit = info.max_payload_bytes
             for index, job in enumerate(batch):
-                body = job.payload
-                if body is not None and len(body.data) > limit:
-                    refused[index] = errors.PayloadTooLarge(limit, len(body.data))
+                rejection = job_rejection(job, info, names=False)
+                if rejection is not None:
+                    refused[index] = rejection
         return batch, refused
 
     async def enqueue_batch(
@@ -442,7 +441,7 @@ class SeppClient:
         with _otel.client_span("sepp.enqueue_atomic", {"sepp.batch_size": len(batch)}):
             trace = _injected_trace()
             request = encode_enqueue_batch_request(batch, trace)
-            if len(request) > _validate.MAX_REQUEST_BYTES:
+            if len(request) > MAX_MESSAGE_BYTES:
                 _refuse_oversized(batch, refused, trace)
             if refused:
                 raise errors.BatchValidationError(
@@ -581,7 +580,7 @@ class SeppClient:
             data = await self._rpc("GetServerInfo", b"")
         info = self._server_info = decode_get_server_info_response(data)
         if self._coalescer is not None:
-            self._coalescer.batch_jobs = max(1, info.max_enqueue_batch)
+            self._coalescer.limits.jobs = BatchLimits.of(info).jobs
         return info
 
     async def drain_dead_letters(
@@ -675,7 +674,7 @@ def _encoded_batch(
     left out, and their request. A job too large for any request is refused here."""
     trace = _injected_trace()
     sent, request = _without(batch, refused, trace)
-    if len(request) > _validate.MAX_REQUEST_BYTES and _refuse_oversized(batch, refused, trace):
+    if len(request) > MAX_MESSAGE_BYTES and _refuse_oversized(batch, refused, trace):
         sent, request = _without(batch, refused, trace)
     return sent, request
 
@@ -694,18 +693,14 @@ def _refuse_oversized(
     the server's message limit, with the ``PayloadTooLarge`` its payload limit gives
     (the server could not even read it: one error for every payload too large, be it
     2 or 20 MB). True when it refused any."""
-    limit = _validate.MAX_REQUEST_BYTES
     found = False
     for index, job in enumerate(batch):
-        body = job.payload
-        if index in refused or body is None:
+        if index in refused or job.payload is None:
             continue
         alone = len(encode_enqueue_batch_request([job], trace))
-        if alone > limit:
-            # The largest payload this job could have carried, the rest as it is.
-            refused[index] = errors.PayloadTooLarge(
-                limit - (alone - len(body.data)), len(body.data)
-            )
+        rejection = job_rejection(job, None, size=alone)
+        if rejection is not None:
+            refused[index] = rejection
             found = True
     return found
 

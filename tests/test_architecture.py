@@ -7,10 +7,11 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import operator
 import re
 from functools import cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pytest
 
@@ -546,3 +547,92 @@ def test_the_layout_table_lists_every_room_from_the_bottom_band_up() -> None:
     rank = drawn_rooms(TEXT)
     ranks = [rank[room] for room in rooms if room in rank]
     assert ranks == sorted(ranks, reverse=True), [r for r in rooms if r in rank]
+
+
+# -- one home per question: what the server takes ------------------------------------------
+
+SERVER_LIMITS = "_sending.py"
+# Names a default of the jobs in one EnqueueBatch call would go by.
+_BATCH_NAME = re.compile(r"enqueue|batch_jobs|^_?batch$", re.I)
+_ARITHMETIC: dict[type[ast.operator], Callable[[int, int], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Pow: operator.pow,
+    ast.LShift: operator.lshift,
+}
+
+
+def _folded(node: Optional[ast.expr]) -> Optional[int]:
+    """The int an expression of int constants and arithmetic comes to, else None."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.BinOp):
+        left, right = _folded(node.left), _folded(node.right)
+        apply = _ARITHMETIC.get(type(node.op))
+        if left is not None and right is not None and apply is not None:
+            return int(apply(left, right))
+    return None
+
+
+def _bound_ints(source: str) -> list[tuple[int, str, int]]:
+    """``(line, name, value)`` of every int a name is given in ``source``: assignments,
+    annotated ones and parameter defaults."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        pairs: list[tuple[ast.expr, Optional[ast.expr]]] = []
+        if isinstance(node, ast.Assign):
+            pairs = [(target, node.value) for target in node.targets]
+        elif isinstance(node, ast.AnnAssign):
+            pairs = [(node.target, node.value)]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            arguments = node.args
+            positional = [*arguments.posonlyargs, *arguments.args]
+            named = positional[len(positional) - len(arguments.defaults) :]
+            for argument, default in [
+                *zip(named, arguments.defaults),
+                *zip(arguments.kwonlyargs, arguments.kw_defaults),
+            ]:
+                value = _folded(default)
+                if value is not None:
+                    found.append((argument.lineno, argument.arg, value))
+        for target, expr in pairs:
+            value = _folded(expr)
+            name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+            if value is not None:
+                found.append((target.lineno, name, value))
+    return found
+
+
+def server_limit_copies() -> list[str]:
+    """Where a module other than ``_sending.py`` writes the server's 16 MiB message limit
+    (under any name, in any spelling of arithmetic), or the default of 256 jobs in one
+    EnqueueBatch call."""
+    copies = []
+    for path in package_files():
+        if path.name == SERVER_LIMITS and path.parent == PACKAGE:
+            continue
+        where = path.relative_to(ROOT)
+        for line, name, value in _bound_ints(path.read_text()):
+            if value == 16 * 1024 * 1024 or (value == 256 and _BATCH_NAME.search(name)):
+                copies.append(f"{where}:{line} {name} = {value}")
+    return copies
+
+
+def test_the_servers_limits_are_written_in_one_module() -> None:
+    """The 16 MiB message limit and the default of 256 jobs a call are ``_sending``'s
+    (issue 39: they were written in six modules, the 256 in two)."""
+    assert server_limit_copies() == []
+
+
+def test_the_limit_finder_sees_each_spelling() -> None:
+    source = (
+        "A = 16 * 1024 * 1024\nB: int = 1 << 24\ndef f(size=16_777_216): ...\n"
+        "class C:\n    def __init__(self):\n        self._batch = 256\n"
+        "max_enqueue_batch: int = 256\nmax_reserve_batch = 256\nFILE_BATCH = 256\n"
+    )
+    found = [(name, value) for _, name, value in _bound_ints(source)]
+    assert ("A", 16 * 1024 * 1024) in found and ("B", 1 << 24) in found
+    assert ("size", 16 * 1024 * 1024) in found and ("_batch", 256) in found
+    batch_names = [name for name, value in found if value == 256 and _BATCH_NAME.search(name)]
+    assert sorted(batch_names) == ["_batch", "max_enqueue_batch"]
