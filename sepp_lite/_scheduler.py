@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
@@ -33,7 +34,8 @@ from typing import TYPE_CHECKING, Callable, Optional, Protocol, TypeVar, Union
 
 from sepp_lite._clock import Clock, WallClock
 from sepp_lite._codec.enqueue import encode_enqueue_batch_request
-from sepp_lite._retry import backoff_delays, is_permanent
+from sepp_lite._reach import error_text, until_reachable
+from sepp_lite._retry import is_permanent
 from sepp_lite._sending import BatchLimits, fit_batches, sent_size
 from sepp_lite._time import Duration, as_timedelta, datetime_to_ms, ms_to_datetime
 from sepp_lite.errors import SeppError
@@ -43,7 +45,6 @@ from sepp_lite.types import (
     JobCtx,
     Payload,
     Primitive,
-    RetryPolicy,
     ServerInfo,
 )
 
@@ -86,7 +87,6 @@ _MAX_SLEEP_MS = 60_000
 # stepped by NTP, against the server's).
 _CLOCK_READ_MS = 60_000
 _SKEW_MS = CLOCK_SKEW_ALLOWANCE // timedelta(milliseconds=1)
-_BACKOFF = RetryPolicy(initial_backoff=timedelta(seconds=1), max_backoff=timedelta(minutes=1))
 _KEY_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _MS = timedelta(milliseconds=1)
 
@@ -425,22 +425,25 @@ class PeriodicScheduler:
         return self._clock.now_ms() + self._offset_ms
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        """``call()``'s result, calling it again after a logged, growing pause while it
-        fails; a refusal no retry can fix (a bad API key) raises."""
-        delays = backoff_delays(_BACKOFF)
-        while True:
+        """``call()``'s result, calling it again while it fails, for as long as it takes
+        (``_reach``: a growing pause, one WARNING line each); a refusal no retry can fix
+        (a bad API key) raises."""
+
+        async def attempt() -> T:
             try:
                 return await call()
-            except SeppError as exc:
-                if is_permanent(exc):
-                    raise
-                error: Exception = exc
-            except Exception as exc:  # a bug must not stop the worker beside it
+            except SeppError:
+                raise
+            except Exception:  # a bug must not stop the worker beside it
                 logger.exception("periodic: %s", what)
-                error = exc
-            delay = next(delays)
-            logger.warning("periodic: %s (%s); trying again in %.1f s", what, error, delay)
-            await asyncio.sleep(delay)
+                raise
+
+        return await until_reachable(
+            attempt,
+            math.inf,
+            text=lambda error: f"periodic: {what} ({error_text(error)})",
+            retried=_transient,
+        )
 
     async def _sleep_until(self, deadline_ms: int) -> None:
         if deadline_ms <= self._now():
@@ -621,6 +624,12 @@ def check_server_limits(job: PeriodicJob, info: ServerInfo) -> None:
 def _sent_size(item: tuple[PeriodicJob, int, EnqueueRequest]) -> int:
     request = item[2]
     return sent_size(request, len(encode_enqueue_batch_request([request])))
+
+
+def _transient(error: Exception) -> bool:
+    """Whether the scheduler tries again after ``error``: anything but a refusal no
+    retry can fix."""
+    return not (isinstance(error, SeppError) and is_permanent(error))
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -636,3 +636,48 @@ def test_the_limit_finder_sees_each_spelling() -> None:
     assert ("size", 16 * 1024 * 1024) in found and ("_batch", 256) in found
     batch_names = [name for name, value in found if value == 256 and _BATCH_NAME.search(name)]
     assert sorted(batch_names) == ["_batch", "max_enqueue_batch"]
+
+
+# -- one home per question: waiting for a server -------------------------------------------
+
+WAITING_LINES = ("waiting for the sepp server (attempt", "gave up waiting for the sepp server")
+
+
+def _strings(source: str) -> list[str]:
+    """The string constants of ``source``'s code (f-strings' parts too), docstrings left
+    out."""
+    tree = ast.parse(source)
+    docstrings = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            docstrings.add(id(body[0].value))
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        if id(node) not in docstrings
+    ]
+
+
+def modules_saying(words: str) -> list[str]:
+    """The modules of sepp_lite whose code (not their docstrings) says ``words``."""
+    return [
+        str(path.relative_to(PACKAGE))
+        for path in package_files()
+        if any(words in text for text in _strings(path.read_text()))
+    ]
+
+
+@pytest.mark.parametrize("line", WAITING_LINES)
+def test_waiting_for_a_server_is_written_in_one_module(line: str) -> None:
+    """The Worker's start, ``sepp-lite worker`` and the periodic scheduler wait for their
+    server through ``_reach.py`` (issue 39: three loops, two of them with this line)."""
+    assert modules_saying(line) == ["_reach.py"]
+
+
+def test_the_string_finder_skips_docstrings() -> None:
+    source = (
+        '"""waiting for x"""\ndef f():\n    """waiting for y"""\n    return f"waiting for {1}"\n'
+    )
+    assert _strings(source) == ["waiting for "]
