@@ -54,19 +54,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import heapq
 import logging
 import math
 from collections import deque
-from typing import Callable, Optional, Union
+from collections.abc import Awaitable
+from typing import Callable, Optional, Protocol, Union
 
 from sepp_lite import _log, _otel, errors
-from sepp_lite._codec.enqueue import decode_enqueue_batch_response
-from sepp_lite._retry import call_with_retry
+from sepp_lite._retry import OnRetry
 from sepp_lite._sending import BatchLimits
-from sepp_lite._status import CallFailure, Status
-from sepp_lite._wire.transport import Transport
-from sepp_lite.types import EnqueueAck, RetryPolicy
+from sepp_lite.types import EnqueueAck
 
 __all__ = ["Coalescer"]
 
@@ -77,6 +76,14 @@ DEFAULT_MAX_IN_FLIGHT = 2
 DEFAULT_MAX_WAITING = 1024
 
 Result = Union[EnqueueAck, "errors.JobRejection"]
+# The client's one EnqueueBatch call: (request, jobs, deadline, all keyed, on_retry) to
+# the checked results, one per job; and the error of a call at its deadline.
+SendBatch = Callable[[bytes, int, float, bool, OnRetry], Awaitable[list[Result]]]
+
+
+class DeadlineError(Protocol):
+    def __call__(self, method: str, *, sent: bool) -> errors.SeppError: ...
+
 
 # The refusals of a whole call for its size (job count, bytes), which the server makes
 # before it applies any job: its members can be sent again in smaller calls.
@@ -164,13 +171,12 @@ def _deadline(entry: _Entry) -> float:
 class _Batch:
     """One EnqueueBatch call in flight for its members."""
 
-    __slots__ = ("deadline_at", "entries", "last_error", "live", "started", "task", "timer")
+    __slots__ = ("deadline_at", "entries", "live", "started", "task", "timer")
 
     def __init__(self, entries: list[_Entry]) -> None:
         self.entries = entries
         self.live = len(entries)  # members still waiting for the answer
         self.deadline_at = max(entry.deadline_at for entry in entries)
-        self.last_error: Optional[errors.SeppError] = None
         self.task: Optional[asyncio.Task[None]] = None
         self.started = False  # a task cancelled before its first step never runs its body
         self.timer: Optional[asyncio.TimerHandle] = None
@@ -181,17 +187,17 @@ class Coalescer:
 
     def __init__(
         self,
-        transport: Transport,
-        policy: RetryPolicy,
-        rpc_timeout: float,
+        send: SendBatch,
+        deadline_error: DeadlineError,
         *,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_waiting: int = DEFAULT_MAX_WAITING,
     ) -> None:
+        """``send`` and ``deadline_error`` are the client's: its one call path, and the
+        error a call of its gets at its deadline."""
         check_options(max_in_flight, max_waiting)
-        self._transport = transport
-        self._policy = policy
-        self._timeout = rpc_timeout
+        self._send_batch = send
+        self._call_deadline_error = deadline_error
         self._max_in_flight = max_in_flight
         self._max_waiting = max_waiting
         # The server's max_enqueue_batch once known; both lowered when a server refuses
@@ -432,31 +438,19 @@ class Coalescer:
                 self._arm_waiting(live[0].deadline_at)
         return True
 
-    async def _call(self, batch: _Batch, keyed: bool) -> bytes:
-        """The batch's EnqueueBatch call, retried per the client's policy."""
+    async def _call(self, batch: _Batch, keyed: bool) -> list[Result]:
+        """The batch's EnqueueBatch call, through the client's one call path: retried
+        per its policy until the batch's deadline, each retry first failing the members
+        whose deadline would pass before it fails (with the failure, as the retry loop
+        of a call sent alone would have raised it)."""
         request = b"".join([entry.part for entry in batch.entries])
-        transport, timeout, deadline_at = self._transport, self._timeout, batch.deadline_at
-        trace = _otel.call_metadata() if _otel.AVAILABLE else ()
-
-        async def attempt() -> bytes:
-            try:
-                return await transport.unary("EnqueueBatch", request, deadline_at, trace)
-            except CallFailure as failure:
-                where = f"EnqueueBatch to {transport.label}"
-                error = batch.last_error = errors.map_failure(failure, "generic", where, timeout)
-                raise error from failure.__cause__ or failure
-
-        async def backoff(delay: float) -> None:
-            # Who would be past their deadline before the retry fails now, with the
-            # failure, as the retry loop of a call sent alone would have raised it.
-            self._expire(batch, asyncio.get_running_loop().time() + delay, batch.last_error)
-            await asyncio.sleep(delay)
-
-        if self._policy.max_attempts <= 1:
-            return await attempt()
-        return await call_with_retry(
-            "EnqueueBatch", attempt, self._policy, deadline_at, all_keyed=keyed, sleep=backoff
+        on_retry = functools.partial(self._retrying, batch)
+        return await self._send_batch(
+            request, len(batch.entries), batch.deadline_at, keyed, on_retry
         )
+
+    def _retrying(self, batch: _Batch, delay: float, error: errors.SeppError) -> None:
+        self._expire(batch, asyncio.get_running_loop().time() + delay, error)
 
     # -- deadlines ----------------------------------------------------------------------
 
@@ -510,11 +504,8 @@ class Coalescer:
                 self._member_gone(batch)
 
     def _deadline_error(self, *, sent: bool) -> errors.SeppError:
-        """The error a call alone gets at its deadline (``errors.map_failure``'s)."""
-        what = "deadline exceeded" if sent else "deadline exceeded before the call was sent"
-        failure = CallFailure(Status.DEADLINE_EXCEEDED, what, local=True, ambiguous=sent)
-        where = f"EnqueueBatch to {self._transport.label}"
-        return errors.map_failure(failure, "generic", where, self._timeout)
+        """The error a call alone gets at its deadline (the client's)."""
+        return self._call_deadline_error("EnqueueBatch", sent=sent)
 
     # -- closing ----------------------------------------------------------------------
 
@@ -533,13 +524,8 @@ class Coalescer:
             self._timer, self._timer_at = None, math.inf
 
 
-def _answer(entries: list[_Entry], data: bytes) -> None:
-    """Each member's result from the batch's answer, by position."""
-    results = decode_enqueue_batch_response(data)
-    if len(results) != len(entries):
-        raise errors.BatchResultCountMismatchError(len(entries), len(results))
-    if None in results:
-        raise errors.MalformedResponseError("a job result in EnqueueBatch sets no outcome")
+def _answer(entries: list[_Entry], results: list[Result]) -> None:
+    """Each member's result from the batch's (checked) answer, by position."""
     for entry, result in zip(entries, results):
         if not entry.future.done():
-            entry.future.set_result(result)  # type: ignore[arg-type]
+            entry.future.set_result(result)

@@ -38,9 +38,9 @@ from sepp_lite._codec.lease import (
 )
 from sepp_lite._codec.server_info import decode_get_server_info_response
 from sepp_lite._lease import Lease
-from sepp_lite._retry import RETRIED_BY_POLICY, call_with_retry
+from sepp_lite._retry import RETRIED_BY_POLICY, OnRetry, call_with_retry
 from sepp_lite._sending import MAX_MESSAGE_BYTES, BatchLimits, job_rejection
-from sepp_lite._status import CallFailure
+from sepp_lite._status import CallFailure, Status
 from sepp_lite._time import Duration, as_timedelta, datetime_to_ms
 from sepp_lite._wire.http2 import Keepalive
 from sepp_lite._wire.redact import protect_credentials_in_logs
@@ -131,9 +131,8 @@ class SeppClient:
         self._coalescer: _coalesce.Coalescer | None = None
         if _coalescing(coalesce_enqueues):
             self._coalescer = _coalesce.Coalescer(
-                self._transport,
-                self._retry_policy,
-                self._rpc_timeout,
+                self._send_batch,
+                self._deadline_error,
                 max_in_flight=max_enqueue_batches_in_flight,
                 max_waiting=max_enqueues_waiting,
             )
@@ -290,16 +289,21 @@ class SeppClient:
         kind: errors.CallKind = "generic",
         all_keyed: bool = True,
         timeout: float | None = None,
+        deadline_at: float | None = None,
+        on_retry: OnRetry | None = None,
     ) -> bytes:
-        """One logical call: a deadline for all its attempts, retried per the policy
-        when ``RETRIED_BY_POLICY`` says it applies to ``method``; a failure raised as
+        """One logical call, the one path of every call of this client (its coalescer's
+        too): a deadline for all its attempts (``timeout`` seconds from now, unless
+        ``deadline_at`` is given), retried per the policy when ``RETRIED_BY_POLICY`` says
+        it applies to ``method`` (``on_retry`` told of each retry), a failure raised as
         ``errors.map_failure`` says for ``kind``."""
         if len(request) > MAX_MESSAGE_BYTES:
             raise errors.RequestTooLargeError.before_sending(
                 method, len(request), MAX_MESSAGE_BYTES
             )
         seconds = self._rpc_timeout if timeout is None else timeout
-        deadline_at = asyncio.get_running_loop().time() + seconds
+        if deadline_at is None:
+            deadline_at = asyncio.get_running_loop().time() + seconds
         if not RETRIED_BY_POLICY[method] or self._retry_policy.max_attempts <= 1:
             return await self._unary(method, request, deadline_at, kind, seconds)
 
@@ -307,8 +311,32 @@ class SeppClient:
             return await self._unary(method, request, deadline_at, kind, seconds)
 
         return await call_with_retry(
-            method, attempt, self._retry_policy, deadline_at, all_keyed=all_keyed
+            method,
+            attempt,
+            self._retry_policy,
+            deadline_at,
+            all_keyed=all_keyed,
+            on_retry=on_retry,
         )
+
+    async def _send_batch(
+        self, request: bytes, count: int, deadline_at: float, all_keyed: bool, on_retry: OnRetry
+    ) -> list[EnqueueAck | errors.JobRejection]:
+        """An EnqueueBatch call of ``count`` jobs the coalescer shares between its
+        callers, until ``deadline_at``: sent, retried and mapped by :meth:`_rpc`, its
+        answer checked as :meth:`enqueue_batch` checks its own."""
+        data = await self._rpc(
+            "EnqueueBatch", request, all_keyed=all_keyed, deadline_at=deadline_at, on_retry=on_retry
+        )
+        return _batch_results(data, count)
+
+    def _deadline_error(self, method: str, *, sent: bool) -> errors.SeppError:
+        """The error of a ``method`` call at its deadline (``errors.map_failure``'s), for
+        a call that waited in the coalescer: ``sent`` says whether it went out."""
+        what = "deadline exceeded" if sent else "deadline exceeded before the call was sent"
+        failure = CallFailure(Status.DEADLINE_EXCEEDED, what, local=True, ambiguous=sent)
+        where = f"{method} to {self._transport.label}"
+        return errors.map_failure(failure, "generic", where, self._rpc_timeout)
 
     async def _unary(
         self, method: str, request: bytes, deadline_at: float, kind: errors.CallKind, seconds: float
@@ -368,15 +396,9 @@ class SeppClient:
             if not sent:
                 return [refused[index] for index in range(len(batch))]
             data = await self._rpc("EnqueueBatch", request, all_keyed=_all_keyed(sent))
-        results = decode_enqueue_batch_response(data)
-        if len(results) != len(sent):
-            raise errors.BatchResultCountMismatchError(len(sent), len(results))
-        if None in results:
-            raise errors.MalformedResponseError("a job result in EnqueueBatch sets no outcome")
-        answers = iter(results)
+        answers = iter(_batch_results(data, len(sent)))
         return [
-            refused[index] if index in refused else next(answers)  # type: ignore[misc]
-            for index in range(len(batch))
+            refused[index] if index in refused else next(answers) for index in range(len(batch))
         ]
 
     async def enqueue(self, job: EnqueueRequest) -> EnqueueAck:
@@ -703,6 +725,17 @@ def _refuse_oversized(
             refused[index] = rejection
             found = True
     return found
+
+
+def _batch_results(data: bytes, count: int) -> list[EnqueueAck | errors.JobRejection]:
+    """The answer of an EnqueueBatch call of ``count`` jobs, checked: one result per job,
+    each an ack or a rejection."""
+    results = decode_enqueue_batch_response(data)
+    if len(results) != count:
+        raise errors.BatchResultCountMismatchError(count, len(results))
+    if None in results:
+        raise errors.MalformedResponseError("a job result in EnqueueBatch sets no outcome")
+    return results  # type: ignore[return-value]
 
 
 def _all_keyed(jobs: list[EnqueueRequest]) -> bool:

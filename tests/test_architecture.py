@@ -19,7 +19,7 @@ import sepp_lite
 from sepp_lite._wire import transport
 from sepp_lite.testing import SeppTestServer
 from tests.repo_files import repo_files
-from tests.test_import_cycles import drawn_rooms, modules_of, room_of
+from tests.test_import_cycles import drawn_rooms, import_graph, modules_of, room_of
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = (ROOT / "ARCHITECTURE.md").read_text()
@@ -681,3 +681,29 @@ def test_the_string_finder_skips_docstrings() -> None:
         '"""waiting for x"""\ndef f():\n    """waiting for y"""\n    return f"waiting for {1}"\n'
     )
     assert _strings(source) == ["waiting for "]
+
+
+# -- one call path: the coalescer sends through the client ---------------------------------
+
+# What only the client's one call path may do: call a transport, map its failures, and
+# run the retry loop.
+CALL_PATH = {"sepp_lite._wire", "sepp_lite._status", "map_failure", "call_with_retry", "unary"}
+
+
+def call_path_uses(module: str, package: Path = PACKAGE) -> list[str]:
+    """What ``module`` imports or calls of the client's one call path."""
+    imports = import_graph(package)[module]
+    found = [f"imports {name}" for name in imports if name.startswith(tuple(CALL_PATH))]
+    path = modules_of(package)[module]
+    for node in ast.walk(ast.parse(path.read_text())):
+        name = getattr(node, "attr", None) or getattr(node, "id", None)
+        if name in CALL_PATH:
+            found.append(f"uses {name} (line {node.lineno})")  # type: ignore[attr-defined]
+    return found
+
+
+def test_the_coalescer_sends_through_the_clients_one_call_path() -> None:
+    """No transport, no failure mapping, no retry loop of its own (issue 39: it repeated
+    the client's)."""
+    assert call_path_uses("sepp_lite._coalesce") == []
+    assert "uses map_failure" in " ".join(call_path_uses("sepp_lite.client"))
