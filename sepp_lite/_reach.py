@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import math
-import re
 from collections.abc import Awaitable
 from datetime import timedelta
 from typing import Callable, NamedTuple, Optional, TypeVar
 
 from sepp_lite import _log
 from sepp_lite._retry import is_permanent, is_unreachable
+from sepp_lite._status import retry_hint
 from sepp_lite._time import seconds_text
 from sepp_lite._wire.transport import ReconnectBackoff
 from sepp_lite.errors import ClientError, SeppError
@@ -41,10 +41,6 @@ logger = _log.logger()
 
 T = TypeVar("T")
 
-# The transport's own words for its connect backoff, which a waiting line replaces with
-# the one delay it really waits.
-_RETRY_HINT = re.compile(r"; next attempt in [0-9.]+ s$")
-
 
 class Stopped(Exception):
     """Raised by a ``pause`` of :func:`until_reachable` to stop waiting (a Worker's
@@ -52,8 +48,14 @@ class Stopped(Exception):
 
 
 def error_text(error: BaseException) -> str:
-    """``error``'s message without the transport's own "next attempt" hint."""
-    return _RETRY_HINT.sub("", str(error))
+    """``error``'s message without the client's "next attempt in" hint
+    (``_status.retry_hint``), which a waiting line replaces with the one delay it really
+    waits."""
+    text = str(error)
+    after = error.retry_after if isinstance(error, ClientError) else None
+    if after is not None and text.endswith(retry_hint(after)):
+        return text[: -len(retry_hint(after))]
+    return text
 
 
 def _reached_later(error: Exception) -> bool:

@@ -55,7 +55,9 @@ class CallFailure(Exception):
     ``not_processed`` marks a call the server never handed to its application (a
     stream above a GOAWAY's last stream id, REFUSED_STREAM, a call that never got a
     stream): it is safe to send again anywhere. ``retry_after`` is set when the
-    transport will not try to connect again before that many seconds. A failure made
+    transport will not try to connect again before that many seconds; ``backing_off``
+    when the call failed at once for that reason (its error then says when the next
+    attempt is, in :func:`retry_hint`'s words). A failure made
     from another exception (a socket or TLS error, grpclib's) has it as ``__cause__``.
     """
 
@@ -75,6 +77,13 @@ class CallFailure(Exception):
         self.ambiguous = ambiguous
         self.not_processed = not_processed
         self.retry_after: Optional[float] = None  # a connect backoff's wait, in seconds
+        self.backing_off = False  # failed at once, during the connect backoff
+
+
+def retry_hint(seconds: float) -> str:
+    """The end of a failure's message when the transport waits out its connect backoff:
+    when it tries again (``errors.map_failure`` writes it)."""
+    return f"; next attempt in {seconds:.1f} s"
 
 
 class ResponseTooLarge(CallFailure):

@@ -46,7 +46,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
-from sepp_lite._status import CallFailure, ResponseTooLarge, Status
+from sepp_lite._status import CallFailure, ResponseTooLarge, Status, retry_hint
 
 if TYPE_CHECKING:
     from sepp_lite._rejections import (
@@ -410,6 +410,8 @@ def map_failure(
         return ResponseTooLargeError(failure.size, failure.limit)
     if failure.local or failure.status is None:
         message = failure.message
+        if failure.backing_off and failure.retry_after is not None:
+            message += retry_hint(failure.retry_after)
         if timeout is not None and failure.local and failure.status is Status.DEADLINE_EXCEEDED:
             message += f" (the call's deadline was {timeout:g} s)"
         ambiguous = (

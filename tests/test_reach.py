@@ -8,8 +8,16 @@ from datetime import timedelta
 
 import pytest
 
-from sepp_lite._reach import StartOptions, Stopped, clamped, start_info, until_reachable
-from sepp_lite.errors import ConnectError, UnauthenticatedError
+from sepp_lite._reach import (
+    StartOptions,
+    Stopped,
+    clamped,
+    error_text,
+    start_info,
+    until_reachable,
+)
+from sepp_lite._status import CallFailure, Status
+from sepp_lite.errors import ConnectError, UnauthenticatedError, map_failure
 from sepp_lite.types import checked_reserve_options
 from tests.test_sending import info
 
@@ -104,3 +112,19 @@ def test_a_workers_options_are_clamped_into_new_ones(caplog: pytest.LogCaptureFi
     assert line.startswith("clamped to the server's limits: max_jobs 500 -> 100, lease ")
     unchanged = clamped(StartOptions(reserve, 60.0, 3600.0), server)
     assert unchanged.reserve is reserve
+
+
+def test_a_waiting_line_leaves_out_the_clients_next_attempt_hint() -> None:
+    """The client writes when its transport connects again; the waiting line says the
+    one delay it waits instead (no regex over another room's words: the hint is
+    ``_status.retry_hint``'s)."""
+    failure = CallFailure(Status.UNAVAILABLE, "cannot connect: refused", local=True)
+    failure.retry_after, failure.backing_off = 2.5, True
+    error = map_failure(failure, "generic", "Reserve to x", 30)
+    assert str(error) == "Reserve to x: cannot connect: refused; next attempt in 2.5 s"
+    assert error_text(error) == "Reserve to x: cannot connect: refused"
+    first = CallFailure(Status.UNAVAILABLE, "cannot connect: refused", local=True)
+    first.retry_after = 1.0  # the failed connect itself: no hint
+    assert error_text(map_failure(first, "generic", "Reserve to x", 30)) == str(
+        map_failure(first, "generic", "Reserve to x", 30)
+    )

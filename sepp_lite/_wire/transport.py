@@ -529,13 +529,8 @@ class Http2Transport:
             if wait > 0:
                 last = self._last_failure
                 assert last is not None
-                early = CallFailure(
-                    last.status,
-                    f"{last.message}; next attempt in {wait:.1f} s",
-                    local=True,
-                    ambiguous=False,
-                )
-                early.retry_after = wait
+                early = CallFailure(last.status, last.message, local=True, ambiguous=False)
+                early.retry_after, early.backing_off = wait, True
                 raise early from last.__cause__
             connecting = self._connecting = asyncio.ensure_future(self._reconnect())
             connecting.add_done_callback(_retrieve)
