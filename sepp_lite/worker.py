@@ -19,7 +19,7 @@ import socket
 import time
 from collections.abc import Awaitable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Callable, Optional, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, TypeVar, Union
 
 from sepp_lite import _log, _otel, _otel_metrics, _validate
 from sepp_lite._handlers import RegisteredHandler, check_handler, handler_name
@@ -428,6 +428,7 @@ class Worker:
             self._shutdown_timeout = bound.total_seconds()
         self._shutdown = ShutdownHandle()
         self._events = WorkerEvents(_otel_metrics.default_observers())
+        self._keeping = self._keeper_terms()
         self._in_flight = 0
         self._active: set[_Run] = set()
         self._unhandled: dict[tuple[str, str], _Unhandled] = {}  # by (queue, job type)
@@ -578,6 +579,7 @@ class Worker:
         error: BaseException | None = None
         try:
             await self._apply_server_limits()
+            self._keeping = self._keeper_terms()  # the lease as clamped
             await self._run(until_idle)
         except BaseException as exc:
             error = exc
@@ -911,11 +913,16 @@ class Worker:
         lease = run.job.ctx.lease
         if lease is None:
             return await self._handle(run, handler)
-        keeper = _LeaseKeeper(self, run, lease)
+        keeper = _LeaseKeeper(run, lease, self._keeping)
         try:
             return await self._handle(run, handler)
         finally:
             keeper.stop()
+
+    def _keeper_terms(self) -> _Keeping:
+        return _Keeping(
+            self._opts.lease_duration, self._keeper_interval, self._extensions, self._events
+        )
 
     def _keeper_interval(self, known_expiry_ms: int) -> float:
         if self._extend_every is not None:
@@ -1110,16 +1117,27 @@ class Worker:
         await asyncio.gather(*(extend(run) for run in holding))
 
 
+class _Keeping(NamedTuple):
+    """What a lease keeper takes from its worker, handed to it rather than read off the
+    Worker: the lease to extend to, when to extend next (seconds, by the lease's known
+    expiry), the task set its extensions run in, and where to report them."""
+
+    lease_duration: timedelta
+    interval: Callable[[int], float]
+    extensions: TaskSet
+    events: WorkerEvents
+
+
 class _LeaseKeeper:
     """Extends one job's lease while its handler runs. A timer fires a third of the way
     to the lease's known expiry (or every ``extend_every``); only then does an extension
     run, as a task of its own. Most handlers end long before that, so a job costs one
     timer here, not a task. When the lease is lost, the handler is cancelled."""
 
-    __slots__ = ("_extending", "_lease", "_run", "_stopped", "_timer", "_worker")
+    __slots__ = ("_extending", "_lease", "_run", "_stopped", "_terms", "_timer")
 
-    def __init__(self, worker: Worker, run: _Run, lease: Lease) -> None:
-        self._worker = worker
+    def __init__(self, run: _Run, lease: Lease, terms: _Keeping) -> None:
+        self._terms = terms
         self._run = run
         self._lease = lease
         self._timer: Optional[asyncio.TimerHandle] = None
@@ -1128,7 +1146,7 @@ class _LeaseKeeper:
         self._schedule()
 
     def _schedule(self) -> None:
-        delay = self._worker._keeper_interval(self._lease.known_expiry_ms)
+        delay = self._terms.interval(self._lease.known_expiry_ms)
         self._timer = asyncio.get_running_loop().call_later(delay, self._due)
 
     def _due(self) -> None:
@@ -1142,7 +1160,7 @@ class _LeaseKeeper:
             # an extension meanwhile would only meet NOT_FOUND (or keep a nacked job).
             self._again()
             return
-        self._extending = self._worker._extensions.spawn(self._extend())
+        self._extending = self._terms.extensions.spawn(self._extend())
 
     def stop(self) -> None:
         """The handler ended: no more extensions (one in flight is cancelled)."""
@@ -1150,14 +1168,14 @@ class _LeaseKeeper:
         if self._timer is not None:
             self._timer.cancel()
         if self._extending is not None:
-            self._worker._extensions.stop(self._extending)
+            self._terms.extensions.stop(self._extending)
 
     async def _extend(self) -> None:
-        run, lease, worker = self._run, self._lease, self._worker
+        run, lease, terms = self._run, self._lease, self._terms
         ctx = run.job.ctx
         try:
-            await lease.extend(worker._opts.lease_duration)
-            worker._events.lease_extended(ctx, "extended")
+            await lease.extend(terms.lease_duration)
+            terms.events.lease_extended(ctx, "extended")
             self._again()
             return
         except (AttemptMismatchError, JobNotFoundError) as error:
@@ -1167,11 +1185,11 @@ class _LeaseKeeper:
         except SeppError as error:
             if now_ms() < lease.known_expiry_ms:
                 logger.warning("job %s: lease extension failed (%s); will retry", ctx.id, error)
-                worker._events.lease_extended(ctx, "failed")
+                terms.events.lease_extended(ctx, "failed")
                 self._again()
                 return
             logger.error("job %s: lease expired (%s); cancelling its handler", ctx.id, error)
-        worker._events.lease_extended(ctx, "lost")
+        terms.events.lease_extended(ctx, "lost")
         run.lease_lost = True
         lease.mark_released()
         if not self._stopped:

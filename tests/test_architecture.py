@@ -707,3 +707,32 @@ def test_the_coalescer_sends_through_the_clients_one_call_path() -> None:
     the client's)."""
     assert call_path_uses("sepp_lite._coalesce") == []
     assert "uses map_failure" in " ".join(call_path_uses("sepp_lite.client"))
+
+
+# -- worker.py: the lease keeper reaches the Worker through a seam ---------------------------
+
+
+def worker_names_read_by(class_name: str, source: str) -> list[str]:
+    """The private names of ``Worker`` (its methods and ``self._x`` attributes) that
+    the class ``class_name`` reads off anything but itself."""
+    tree = ast.parse(source)
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    owned = set()
+    for node in ast.walk(classes["Worker"]):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and _is_private(node.name):
+            owned.add(node.name)
+        if isinstance(node, ast.Attribute) and _on_self(node.value) and _is_private(node.attr):
+            owned.add(node.attr)
+    return sorted(
+        {
+            node.attr
+            for node in ast.walk(classes[class_name])
+            if isinstance(node, ast.Attribute) and node.attr in owned and not _on_self(node.value)
+        }
+    )
+
+
+def test_the_lease_keeper_reads_no_private_name_of_the_worker() -> None:
+    """It is handed ``_Keeping`` (issue 39: it read four of the Worker's names)."""
+    source = (PACKAGE / "worker.py").read_text()
+    assert worker_names_read_by("_LeaseKeeper", source) == []
