@@ -2,16 +2,25 @@
 mistake fails at start-up with a message naming the function rather than on every
 delivery, and sorted into the two ways a Worker runs them: an ``async def`` (or an
 object whose ``__call__`` is one) on the event loop, a plain ``def`` in one of the
-Worker's threads."""
+Worker's threads, :class:`HandlerThreads`."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextvars
 import functools
 import inspect
 import reprlib
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, TypeVar
 
-__all__ = ["RegisteredHandler", "check_handler", "handler_name"]
+from sepp_lite import _log
+
+__all__ = ["HandlerThreads", "RegisteredHandler", "check_handler", "handler_name", "thread_count"]
+
+logger = _log.logger()
+
+T = TypeVar("T")
 
 _EXPECTED = (
     "expected an async def taking (payload, ctx), or a plain def taking (payload, ctx), "
@@ -99,3 +108,68 @@ def check_handler(handler: object, where: str) -> RegisteredHandler:
     if problem is not None:
         raise TypeError(f"{where}: {name}: {problem}; {_EXPECTED}")
     return RegisteredHandler(handler, not _is_async(handler), name)
+
+
+# -- the threads plain-def handlers run in --------------------------------------------
+
+
+def thread_count(value: Optional[int], max_in_flight: int) -> int:
+    """``sync_threads``: min(32, max_in_flight) by default, else a positive int."""
+    if value is None:
+        return min(32, max_in_flight)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"sync_threads must be an int of at least 1 or None, got {value!r}")
+    return value
+
+
+class HandlerThreads:
+    """A Worker's threads: at most ``count``, started on the first call, for its plain
+    ``def`` handlers and ``Worker.run_in_thread``; :meth:`close` lets them go."""
+
+    def __init__(self, count: int, prefix: str) -> None:
+        self.count = count
+        self._prefix = prefix
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+
+    async def call(
+        self,
+        fn: Callable[..., T],
+        args: tuple[Any, ...],
+        name: str = "",
+        submitted: Optional[Callable[[concurrent.futures.Future[Any]], None]] = None,
+    ) -> T:
+        """``fn(*args)`` in one of the threads, in a copy of the calling task's context
+        (its tracing span), awaited. ``submitted`` is handed the call as it waits for a
+        thread (a shutdown may cancel it then). A thread cannot be cancelled: a
+        cancellation that comes while it runs waits for it to return, then propagates;
+        ``name`` names ``fn`` in the warning about that wait."""
+        pool = self._pool
+        if pool is None:
+            pool = self._pool = concurrent.futures.ThreadPoolExecutor(
+                self.count, thread_name_prefix=self._prefix
+            )
+        call = contextvars.copy_context().run
+        running = pool.submit(call, fn, *args)
+        waiter = asyncio.wrap_future(running)
+        if submitted is not None:
+            submitted(running)  # until it ends: cancelled only while it waits
+        try:
+            return await asyncio.shield(waiter)
+        except asyncio.CancelledError:
+            if not running.cancel():
+                logger.warning(
+                    "%s runs in a thread, which cannot be cancelled; waiting for it to return",
+                    name or handler_name(fn),
+                )
+                await asyncio.wait({waiter})  # a second cancellation ends this wait
+                if not waiter.cancelled():
+                    waiter.exception()  # its outcome no longer counts: seen, not raised
+            raise
+
+    def close(self) -> None:
+        """Let the threads go. Threads still running (their jobs given up at a bounded
+        shutdown or a hard stop) finish on their own; the interpreter waits for them at
+        exit. A later call starts new ones."""
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=False)

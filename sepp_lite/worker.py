@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextvars
 import inspect
 import logging
 import os
@@ -22,7 +21,12 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, TypeVar, Union
 
 from sepp_lite import _log, _otel, _otel_metrics, _validate
-from sepp_lite._handlers import RegisteredHandler, check_handler, handler_name
+from sepp_lite._handlers import (
+    HandlerThreads,
+    RegisteredHandler,
+    check_handler,
+    thread_count,
+)
 from sepp_lite._lease import Lease
 from sepp_lite._observe import WorkerEvents, WorkerObserver
 from sepp_lite._reach import StartOptions, Stopped, clamped, error_text, start_info
@@ -94,15 +98,6 @@ def _unknown_type_delay(value: Duration) -> float:
     return as_timedelta(value, "unknown_type_delay").total_seconds()
 
 
-def _thread_count(value: int | None, max_in_flight: int) -> int:
-    """``sync_threads``: min(32, max_in_flight) by default, else a positive int."""
-    if value is None:
-        return min(32, max_in_flight)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"sync_threads must be an int of at least 1 or None, got {value!r}")
-    return value
-
-
 def _retry_delay(error: SeppError, backoff: float) -> float:
     """How long to wait after ``error`` before the next call: the worker's own
     backoff, or longer while the client waits out its reconnect backoff (a call
@@ -167,6 +162,10 @@ class _Run:
         self.pending: concurrent.futures.Future[Any] | None = None
         # Why shutdown gave up on it (it goes back to its queue), or None.
         self.given_up: str | None = None
+
+    def submitted(self, call: concurrent.futures.Future[Any]) -> None:
+        """Its handler's call waits for one of the worker's threads (or runs in it)."""
+        self.pending = call
 
     def stop_handler(self) -> None:
         """Cancel the handler: it runs in the job's task, whose ``_handle`` turns this
@@ -407,8 +406,9 @@ class Worker:
         self._handlers: dict[str, RegisteredHandler] = {}
         self._catch_all: RegisteredHandler | None = None
         self._max_in_flight = max(1, int(max_in_flight))
-        self._sync_threads = _thread_count(sync_threads, self._max_in_flight)
-        self._threads: concurrent.futures.ThreadPoolExecutor | None = None
+        self._threads = HandlerThreads(
+            thread_count(sync_threads, self._max_in_flight), f"sepp-worker-{self.worker_id}"
+        )
         self._wait_for_server = as_timedelta(wait_for_server, "wait_for_server").total_seconds()
         self._unknown_delay = _unknown_type_delay(unknown_type_delay)
         self._unknown_delay_cap = _UNKNOWN_DELAY_MAX_S  # lowered to the server's horizon
@@ -586,11 +586,7 @@ class Worker:
             raise
         finally:
             self._running = False
-            threads, self._threads = self._threads, None
-            if threads is not None:
-                # Threads still running (their jobs given up at a bounded shutdown or a
-                # hard stop) finish on their own; the interpreter waits for them at exit.
-                threads.shutdown(wait=False)
+            self._threads.close()
             self._events.run_finished(error)
 
     async def _run(self, until_idle: bool) -> None:
@@ -623,7 +619,7 @@ class Worker:
             handlers.append(self._catch_all)
         threads = ""
         if any(handler.threaded for handler in handlers):
-            threads = f" sync_threads={self._sync_threads}"
+            threads = f" sync_threads={self._threads.count}"
         logger.info(
             "worker %s started: queues=%s job types=%s max_in_flight=%d%s auto_extend=%s",
             self.worker_id,
@@ -855,7 +851,7 @@ class Worker:
     async def _in_thread(self, handler: RegisteredHandler, run: _Run) -> None:
         job = run.job
         name = f"job {job.ctx.id}: its handler {handler.name}"
-        result = await self._pooled(handler.fn, (job.payload, job.ctx), name, run)
+        result = await self._threads.call(handler.fn, (job.payload, job.ctx), name, run.submitted)
         if inspect.isawaitable(result):
             # A plain def that returned an awaitable (a sync wrapper around an async
             # function): awaited here, once, on the event loop.
@@ -870,7 +866,8 @@ class Worker:
         then), then propagates; one that comes while it still waits for a free thread
         stops it from starting, and so does a shutdown that hands its job back (see
         :class:`Worker`). ``name`` names ``fn`` in the warning about that wait."""
-        return await self._pooled(fn, args, name, self._run_of(asyncio.current_task()))
+        run = self._run_of(asyncio.current_task())
+        return await self._threads.call(fn, args, name, None if run is None else run.submitted)
 
     def _run_of(self, task: asyncio.Task[Any] | None) -> _Run | None:
         """The job that ``task`` runs, if it is one of this worker's job tasks. Looked
@@ -879,34 +876,6 @@ class Worker:
             if run.task is task:
                 return run
         return None
-
-    async def _pooled(
-        self, fn: Callable[..., T], args: tuple[Any, ...], name: str, run: _Run | None
-    ) -> T:
-        """:meth:`run_in_thread` for ``run``'s job (whose shutdown may cancel the call
-        while it waits for a thread)."""
-        threads = self._threads
-        if threads is None:
-            threads = self._threads = concurrent.futures.ThreadPoolExecutor(
-                self._sync_threads, thread_name_prefix=f"sepp-worker-{self.worker_id}"
-            )
-        call = contextvars.copy_context().run
-        running = threads.submit(call, fn, *args)
-        waiter = asyncio.wrap_future(running)
-        if run is not None:
-            run.pending = running  # until it ends: cancelled only while it waits
-        try:
-            return await asyncio.shield(waiter)
-        except asyncio.CancelledError:
-            if not running.cancel():
-                logger.warning(
-                    "%s runs in a thread, which cannot be cancelled; waiting for it to return",
-                    name or handler_name(fn),
-                )
-                await asyncio.wait({waiter})  # a second cancellation ends this wait
-                if not waiter.cancelled():
-                    waiter.exception()  # its outcome no longer counts: seen, not raised
-            raise
 
     async def _handle_with_keeper(self, run: _Run, handler: RegisteredHandler) -> object:
         """Run the handler (in this task) with a lease keeper beside it."""
