@@ -19,7 +19,7 @@ import sepp_lite as sepp
 from sepp_lite import DeadLetterCause, JobCtx, SeppClient, Tasks
 from sepp_lite.cli import main
 from sepp_lite.testing import ManualClock, SeppTestServer
-from tests.client_helpers import unique_queue, until
+from tests.client_helpers import unique_queue, until, worker_running
 from tests.test_worker_processes import sepp_lite as sepp_lite_process
 
 UTC = timezone.utc
@@ -130,14 +130,10 @@ async def test_periodic_jobs_are_ordinary_jobs_middleware_retries_dead_letters()
     async with SeppTestServer(clock=clock, dead_letter_retention_ms=3_600_000) as server:
         async with await SeppClient.connect(server.addr) as client:
             worker = tasks.worker(client, periodic_clock=clock)
-            running = asyncio.ensure_future(worker.run())
-            try:
+            async with worker_running(worker, 10):
                 await quiet(server, queue, worker)
                 await server.advance(30)  # 12:01: the slot is due
                 await quiet(server, queue, worker)
-            finally:
-                worker.shutdown_handle().shutdown()
-                await asyncio.wait_for(running, 10)
             slot = datetime(2026, 6, 1, 12, 1, tzinfo=UTC)
             # The 12:00 slot was 30 s late at start, within its grace (the 60 s to
             # the next slot): it ran too. Each ran twice (max_attempts=2), then died.
@@ -169,22 +165,16 @@ async def test_a_worker_without_periodic_only_consumes() -> None:
         ):
             consumer = tasks.worker(one, periodic=False, periodic_clock=clock)
             assert consumer.scheduler is None
-            task = asyncio.ensure_future(consumer.run())
-            try:
+            async with worker_running(consumer, 10):
                 await server.advance(120)
                 await quiet(server, queue, consumer)
                 assert server.counts(queue) == (0, 0, 0, 0) and ran == []
                 scheduling = tasks.worker(two, periodic_clock=clock)
-                other = asyncio.ensure_future(scheduling.run())
-                await quiet(server, queue, scheduling)
-                assert server.counts(queue).scheduled == 2
-                scheduling.shutdown_handle().shutdown()
-                await asyncio.wait_for(other, 10)
+                async with worker_running(scheduling, 10):
+                    await quiet(server, queue, scheduling)
+                    assert server.counts(queue).scheduled == 2
                 await server.advance(30)  # 12:03, to the ms
                 await quiet(server, queue, consumer)
-            finally:
-                consumer.shutdown_handle().shutdown()
-                await asyncio.wait_for(task, 10)
             # The consumer ran the slot the other worker had enqueued.
             assert ran == [datetime(2026, 6, 1, 12, 3, tzinfo=UTC)]
 

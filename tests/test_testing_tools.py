@@ -22,7 +22,7 @@ from sepp_lite.testing import (
     SeppTestServer,
     run_until_drained,
 )
-from tests.client_helpers import job, opts, run_on_own_loop, unique_queue
+from tests.client_helpers import job, opts, run_on_own_loop, unique_queue, worker_running
 from tests.server_helpers import START_MS, enqueue_ids, lease_req, make_state, reserve_req
 from tests.server_helpers import job as state_job
 
@@ -244,14 +244,10 @@ async def test_it_returns_when_a_handler_stops_the_worker(manual: Server) -> Non
 async def test_what_run_raises_is_raised(manual: Server) -> None:
     async with await sepp.SeppClient.connect(manual.addr) as client:
         worker = sepp.Worker(client, [unique_queue("twice")], lease_duration=30)
-        running = asyncio.ensure_future(worker.run())
-        await asyncio.sleep(0)
-        try:
+        async with worker_running(worker, 10):
+            await asyncio.sleep(0)  # run() has begun
             with pytest.raises(RuntimeError, match="already running"):
                 await run_until_drained(worker, manual, timeout=5)
-        finally:
-            worker.shutdown_handle().shutdown()
-            await asyncio.wait_for(running, 10)
 
 
 def test_the_server_counts_its_connections_and_the_worker_names_its_queues() -> None:

@@ -17,7 +17,7 @@ import pytest
 import sepp_lite as sepp
 from sepp_lite.tasks import Tasks
 from sepp_lite.testing import SeppTestServer
-from tests.client_helpers import run_on_own_loop, unique_queue
+from tests.client_helpers import run_on_own_loop, unique_queue, worker_running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -167,12 +167,10 @@ async def test_a_worker_on_a_second_event_loop_is_refused_while_one_runs(
 
     loop = asyncio.get_running_loop()
     worker = app.tasks.worker(client)
-    running = asyncio.ensure_future(worker.run())
-    await asyncio.wait_for(app.entered.wait(), 10)
-    with pytest.raises(RuntimeError, match="another event loop"):
-        await loop.run_in_executor(None, run_on_own_loop, in_a_thread())
-    worker.shutdown_handle().shutdown()
-    await asyncio.wait_for(running, 10)
+    async with worker_running(worker, 10):
+        await asyncio.wait_for(app.entered.wait(), 10)
+        with pytest.raises(RuntimeError, match="another event loop"):
+            await loop.run_in_executor(None, run_on_own_loop, in_a_thread())
     assert app.events == ["startup", "enter", "exit", "shutdown"]
     # Once the last worker of the first loop has stopped, another loop may start them.
     await app.note.enqueue(client, Note("there"))
