@@ -275,7 +275,9 @@ async def test_a_lowered_initial_window_applies_to_the_open_stream() -> None:
         await conn.act(Settings({Setting.INITIAL_WINDOW_SIZE: 0}))
         await peer.wait_until(lambda: conn.unacked_settings == 0)
         shut_at = len(request.body)
-        await asyncio.sleep(0.3)  # watching for DATA that must not come
+        # A PING answered after the window closed: DATA the client had ready to send
+        # would have come before its ACK (the peer also flags DATA beyond a window).
+        await conn.act(Ping(b"window-0", wait_ack=True))
         still = len(request.body)
         await conn.act(Settings({Setting.INITIAL_WINDOW_SIZE: 65_535}))
         results = await asyncio.wait_for(sending, 20)
