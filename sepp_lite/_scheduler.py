@@ -33,10 +33,10 @@ from datetime import datetime, timedelta, timezone, tzinfo
 from typing import TYPE_CHECKING, Callable, Optional, Protocol, TypeVar, Union
 
 from sepp_lite._clock import Clock, WallClock
-from sepp_lite._codec.enqueue import encode_enqueue_batch_request
+from sepp_lite._codec.enqueue import batch_part_size
 from sepp_lite._reach import error_text, until_reachable
 from sepp_lite._retry import is_permanent
-from sepp_lite._sending import BatchLimits, fit_batches, sent_size
+from sepp_lite._sending import BatchLimits, fit_batches
 from sepp_lite._time import Duration, as_timedelta, datetime_to_ms, ms_to_datetime
 from sepp_lite.errors import SeppError
 from sepp_lite.types import (
@@ -622,8 +622,7 @@ def check_server_limits(job: PeriodicJob, info: ServerInfo) -> None:
 
 
 def _sent_size(item: tuple[PeriodicJob, int, EnqueueRequest]) -> int:
-    request = item[2]
-    return sent_size(request, len(encode_enqueue_batch_request([request])))
+    return batch_part_size(item[2])
 
 
 def _transient(error: Exception) -> bool:

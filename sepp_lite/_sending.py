@@ -7,7 +7,7 @@ its coalescer, the periodic scheduler and the command line's JSON-lines import a
 the answers from here; the command line only puts a rejection into words. The wire band
 takes its default receive limit from here too, which is why this module stands in the
 bottom band and imports no encoder: a sender measures its jobs itself (the codec's
-``sent_size``) and hands the sizes in.
+``batch_part_size``) and hands the sizes in.
 """
 
 from __future__ import annotations
@@ -86,9 +86,9 @@ def sent_size(job: EnqueueRequest, encoded: int) -> int:
 
 def fit_batches(jobs: Sequence[T], limits: BatchLimits, size: Callable[[T], int]) -> list[list[T]]:
     """``jobs``, in order, cut into the fewest batches that each fit ``limits``: by
-    count, and by bytes as ``size`` measures a job in a call (:func:`sent_size` for an
-    ``EnqueueRequest`` sent through the client). A job over the byte limit goes alone
-    (the client refuses it, or the server does)."""
+    count, and by bytes as ``size`` measures a job in a call (for an ``EnqueueRequest``
+    sent through the client: ``_codec.enqueue.batch_part_size``). A job over the byte
+    limit goes alone (the client refuses it, or the server does)."""
     batches: list[list[T]] = []
     batch: list[T] = []
     total = 0

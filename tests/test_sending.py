@@ -7,7 +7,7 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from sepp_lite import errors
-from sepp_lite._codec.enqueue import encode_enqueue_batch_request
+from sepp_lite._codec.enqueue import batch_part_size, encode_enqueue_batch_request
 from sepp_lite._sending import (
     DEFAULT_BATCH_JOBS,
     MAX_BATCH_BYTES,
@@ -99,3 +99,12 @@ def _field(trace: TraceContext) -> bytes:
     from sepp_lite._codec.enqueue import trace_context_field
 
     return trace_context_field(trace.traceparent, trace.tracestate)
+
+
+def test_a_request_is_measured_as_its_part_of_a_call() -> None:
+    job = EnqueueRequest("q", "t", Payload(b"x" * 100, "raw"))
+    part = len(encode_enqueue_batch_request([job]))
+    assert batch_part_size(job) == sent_size(job, part) > part
+    jobs = [job] * 5
+    limits = BatchLimits(jobs=10, size=3 * batch_part_size(job))
+    assert [len(batch) for batch in fit_batches(jobs, limits, batch_part_size)] == [3, 2]

@@ -61,6 +61,7 @@ from sepp_lite._codec.values import (
     read_trace_context,
     write_trace_context,
 )
+from sepp_lite._sending import sent_size
 from sepp_lite._time import EPOCH, as_utc
 from sepp_lite.types import EnqueueAck, EnqueueRequest, Priority
 
@@ -146,6 +147,13 @@ def encode_enqueue_batch_request(
             for job in jobs
         ]
     )
+
+
+def batch_part_size(job: EnqueueRequest) -> int:
+    """The bytes ``job`` may take in an EnqueueBatch call the client makes: its part of
+    the request, with ``_sending.sent_size``'s room for the trace context the client
+    adds (what ``_sending.fit_batches`` cuts a sender's jobs by)."""
+    return sent_size(job, len(encode_enqueue_batch_request([job])))
 
 
 # ---------------------------------------------------------------------------------------
