@@ -4,7 +4,7 @@ The rule is Nagle's, for RPCs. While none of the client's enqueue calls is in fl
 a call goes out at once and alone, exactly as without coalescing (``SeppClient.enqueue``
 sends it itself). A call made while one is in flight waits here; the waiting calls go
 out together as the next batch when the calls in flight have ended, or at once when they
-fill a batch (the server's ``max_enqueue_batch`` jobs, or :data:`MAX_BATCH_BYTES`) and
+fill a batch (the server's ``max_enqueue_batch`` jobs, or ``_sending.MAX_BATCH_BYTES``) and
 fewer than ``max_in_flight`` batches are in flight. No timer holds a call back.
 
 Each caller keeps what it would have had alone:
@@ -54,33 +54,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import functools
 import heapq
 import logging
 import math
 from collections import deque
-from typing import Callable, Optional, Union
+from collections.abc import Awaitable
+from typing import Callable, Optional, Protocol, Union
 
 from sepp_lite import _log, _otel, errors
-from sepp_lite._codec.enqueue import decode_enqueue_batch_response
-from sepp_lite._retry import call_with_retry
-from sepp_lite._status import CallFailure, Status
-from sepp_lite._wire.transport import Transport
-from sepp_lite.types import EnqueueAck, RetryPolicy
+from sepp_lite._retry import OnRetry
+from sepp_lite._sending import BatchLimits
+from sepp_lite.types import EnqueueAck
 
-__all__ = ["DEFAULT_BATCH_JOBS", "MAX_BATCH_BYTES", "Coalescer"]
+__all__ = ["Coalescer"]
 
 logger = _log.logger()
 
-# The spec's default max_enqueue_batch, used until the client has the server's own.
-DEFAULT_BATCH_JOBS = 256
-# The server's 16 MiB message limit, less room for the gRPC and HTTP/2 framing, used
-# until a server refuses less.
-MAX_BATCH_BYTES = 16 * 1024 * 1024 - 1024
 # Defaults of connect()'s max_enqueue_batches_in_flight and max_enqueues_waiting.
 DEFAULT_MAX_IN_FLIGHT = 2
 DEFAULT_MAX_WAITING = 1024
 
 Result = Union[EnqueueAck, "errors.JobRejection"]
+# The client's one EnqueueBatch call: (request, jobs, deadline, all keyed, on_retry) to
+# the checked results, one per job; and the error of a call at its deadline.
+SendBatch = Callable[[bytes, int, float, bool, OnRetry], Awaitable[list[Result]]]
+
+
+class DeadlineError(Protocol):
+    def __call__(self, method: str, *, sent: bool) -> errors.SeppError: ...
+
 
 # The refusals of a whole call for its size (job count, bytes), which the server makes
 # before it applies any job: its members can be sent again in smaller calls.
@@ -168,13 +171,12 @@ def _deadline(entry: _Entry) -> float:
 class _Batch:
     """One EnqueueBatch call in flight for its members."""
 
-    __slots__ = ("deadline_at", "entries", "last_error", "live", "started", "task", "timer")
+    __slots__ = ("deadline_at", "entries", "live", "started", "task", "timer")
 
     def __init__(self, entries: list[_Entry]) -> None:
         self.entries = entries
         self.live = len(entries)  # members still waiting for the answer
         self.deadline_at = max(entry.deadline_at for entry in entries)
-        self.last_error: Optional[errors.SeppError] = None
         self.task: Optional[asyncio.Task[None]] = None
         self.started = False  # a task cancelled before its first step never runs its body
         self.timer: Optional[asyncio.TimerHandle] = None
@@ -185,21 +187,22 @@ class Coalescer:
 
     def __init__(
         self,
-        transport: Transport,
-        policy: RetryPolicy,
-        rpc_timeout: float,
+        send: SendBatch,
+        deadline_error: DeadlineError,
         *,
         max_in_flight: int = DEFAULT_MAX_IN_FLIGHT,
         max_waiting: int = DEFAULT_MAX_WAITING,
     ) -> None:
+        """``send`` and ``deadline_error`` are the client's: its one call path, and the
+        error a call of its gets at its deadline."""
         check_options(max_in_flight, max_waiting)
-        self._transport = transport
-        self._policy = policy
-        self._timeout = rpc_timeout
+        self._send_batch = send
+        self._call_deadline_error = deadline_error
         self._max_in_flight = max_in_flight
         self._max_waiting = max_waiting
-        self.batch_jobs = DEFAULT_BATCH_JOBS  # the server's max_enqueue_batch, once known
-        self.batch_bytes = MAX_BATCH_BYTES  # lowered when a server refuses a call's size
+        # The server's max_enqueue_batch once known; both lowered when a server refuses
+        # a call's size.
+        self.limits = BatchLimits()
         self.in_flight = 0  # enqueue RPCs: batches, and calls sent alone
         self.waiting = 0  # calls here, or with room reserved, not yet sent
         self._lanes = (_Lane(False), _Lane(True))
@@ -254,8 +257,7 @@ class Coalescer:
             raise
 
     def _full(self, lane: _Lane) -> bool:
-        limit = min(self.batch_jobs, self._max_waiting)
-        return lane.count >= limit or lane.bytes >= self.batch_bytes
+        return lane.count >= self._max_waiting or self.limits.full(lane.count, lane.bytes)
 
     def _abandon(self, entry: _Entry, lane: _Lane) -> None:
         """A cancelled caller: out of its lane (never sent), or out of its batch."""
@@ -345,14 +347,14 @@ class Coalescer:
         passed fail here, unsent."""
         entries: list[_Entry] = []
         size = 0
-        limit, size_limit = self.batch_jobs, self.batch_bytes
+        fits = self.limits.fits
         now = asyncio.get_running_loop().time()
-        while len(entries) < limit:
+        while True:
             entry = lane.head()  # skips callers cancelled while they waited
             if entry is None:
                 break
             part_size = len(entry.part)
-            if entries and size + part_size > size_limit:
+            if not fits(len(entries), size, part_size):
                 break
             lane.take_head()
             self.waiting -= 1
@@ -414,18 +416,19 @@ class Coalescer:
         jobs = len(batch.entries)
         if jobs < 2 or not isinstance(error, _REFUSED_FOR_SIZE):
             return False
+        limits = self.limits
         if isinstance(error, errors.RequestTooLargeError):
             size = sum([len(entry.part) for entry in batch.entries])
-            self.batch_bytes = min(self.batch_bytes, size // 2)
+            limits.size = min(limits.size, size // 2)
         else:
-            self.batch_jobs = min(self.batch_jobs, (jobs + 1) // 2)
+            limits.jobs = min(limits.jobs, (jobs + 1) // 2)
         logger.info(
             "enqueue: the server refused an EnqueueBatch of %d jobs (%s); sending them "
             "again, at most %d jobs and %d bytes a call",
             jobs,
             error,
-            self.batch_jobs,
-            self.batch_bytes,
+            limits.jobs,
+            limits.size,
         )
         live = [entry for entry in batch.entries if not entry.future.done()]
         if live:
@@ -435,31 +438,19 @@ class Coalescer:
                 self._arm_waiting(live[0].deadline_at)
         return True
 
-    async def _call(self, batch: _Batch, keyed: bool) -> bytes:
-        """The batch's EnqueueBatch call, retried per the client's policy."""
+    async def _call(self, batch: _Batch, keyed: bool) -> list[Result]:
+        """The batch's EnqueueBatch call, through the client's one call path: retried
+        per its policy until the batch's deadline, each retry first failing the members
+        whose deadline would pass before it fails (with the failure, as the retry loop
+        of a call sent alone would have raised it)."""
         request = b"".join([entry.part for entry in batch.entries])
-        transport, timeout, deadline_at = self._transport, self._timeout, batch.deadline_at
-        trace = _otel.call_metadata() if _otel.AVAILABLE else ()
-
-        async def attempt() -> bytes:
-            try:
-                return await transport.unary("EnqueueBatch", request, deadline_at, trace)
-            except CallFailure as failure:
-                where = f"EnqueueBatch to {transport.label}"
-                error = batch.last_error = errors.map_failure(failure, "generic", where, timeout)
-                raise error from failure.__cause__ or failure
-
-        async def backoff(delay: float) -> None:
-            # Who would be past their deadline before the retry fails now, with the
-            # failure, as the retry loop of a call sent alone would have raised it.
-            self._expire(batch, asyncio.get_running_loop().time() + delay, batch.last_error)
-            await asyncio.sleep(delay)
-
-        if self._policy.max_attempts <= 1:
-            return await attempt()
-        return await call_with_retry(
-            "EnqueueBatch", attempt, self._policy, deadline_at, all_keyed=keyed, sleep=backoff
+        on_retry = functools.partial(self._retrying, batch)
+        return await self._send_batch(
+            request, len(batch.entries), batch.deadline_at, keyed, on_retry
         )
+
+    def _retrying(self, batch: _Batch, delay: float, error: errors.SeppError) -> None:
+        self._expire(batch, asyncio.get_running_loop().time() + delay, error)
 
     # -- deadlines ----------------------------------------------------------------------
 
@@ -513,11 +504,8 @@ class Coalescer:
                 self._member_gone(batch)
 
     def _deadline_error(self, *, sent: bool) -> errors.SeppError:
-        """The error a call alone gets at its deadline (``errors.map_failure``'s)."""
-        what = "deadline exceeded" if sent else "deadline exceeded before the call was sent"
-        failure = CallFailure(Status.DEADLINE_EXCEEDED, what, local=True, ambiguous=sent)
-        where = f"EnqueueBatch to {self._transport.label}"
-        return errors.map_failure(failure, "generic", where, self._timeout)
+        """The error a call alone gets at its deadline (the client's)."""
+        return self._call_deadline_error("EnqueueBatch", sent=sent)
 
     # -- closing ----------------------------------------------------------------------
 
@@ -536,13 +524,8 @@ class Coalescer:
             self._timer, self._timer_at = None, math.inf
 
 
-def _answer(entries: list[_Entry], data: bytes) -> None:
-    """Each member's result from the batch's answer, by position."""
-    results = decode_enqueue_batch_response(data)
-    if len(results) != len(entries):
-        raise errors.BatchResultCountMismatchError(len(entries), len(results))
-    if None in results:
-        raise errors.MalformedResponseError("a job result in EnqueueBatch sets no outcome")
+def _answer(entries: list[_Entry], results: list[Result]) -> None:
+    """Each member's result from the batch's (checked) answer, by position."""
     for entry, result in zip(entries, results):
         if not entry.future.done():
-            entry.future.set_result(result)  # type: ignore[arg-type]
+            entry.future.set_result(result)

@@ -15,7 +15,7 @@ import asyncio
 import ssl
 from collections.abc import Awaitable, Iterator
 from datetime import timedelta
-from typing import Callable, TypeVar
+from typing import Callable, Optional, TypeVar
 
 from sepp_lite import _log
 from sepp_lite.errors import (
@@ -29,6 +29,8 @@ from sepp_lite.errors import (
 from sepp_lite.types import RetryPolicy
 
 T = TypeVar("T")
+# Told of each retry of a call, before its backoff: the delay, and the failure retried.
+OnRetry = Callable[[float, SeppError], None]
 logger = _log.logger()
 
 RETRYABLE_CODES = frozenset(
@@ -123,11 +125,14 @@ async def call_with_retry(
     *,
     all_keyed: bool = True,
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    on_retry: Optional[OnRetry] = None,
 ) -> T:
     """Run ``attempt`` until it succeeds, fails for good, the policy's attempts are used,
     or the next backoff would end past ``deadline_at`` (an event-loop time shared by
     every attempt). ``all_keyed`` is False for an enqueue with a job that has
-    no idempotency key: then calls the server may have applied are not repeated."""
+    no idempotency key: then calls the server may have applied are not repeated.
+    ``on_retry(delay, error)`` is told of each retry before its backoff (the coalescer
+    fails then the callers whose deadline comes first)."""
     delays = backoff_delays(policy)
     for number in range(1, policy.max_attempts + 1):
         try:
@@ -139,6 +144,8 @@ async def call_with_retry(
             if asyncio.get_running_loop().time() + delay >= deadline_at:
                 raise
             _log_retry(operation, number, error, delay)
+            if on_retry is not None:
+                on_retry(delay, error)
             await sleep(delay)
     raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 

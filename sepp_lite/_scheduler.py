@@ -26,13 +26,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 from collections.abc import Awaitable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone, tzinfo
 from typing import TYPE_CHECKING, Callable, Optional, Protocol, TypeVar, Union
 
 from sepp_lite._clock import Clock, WallClock
-from sepp_lite._retry import backoff_delays, is_permanent
+from sepp_lite._codec.enqueue import encode_enqueue_batch_request
+from sepp_lite._reach import error_text, until_reachable
+from sepp_lite._retry import is_permanent
+from sepp_lite._sending import BatchLimits, fit_batches, sent_size
 from sepp_lite._time import Duration, as_timedelta, datetime_to_ms, ms_to_datetime
 from sepp_lite.errors import SeppError
 from sepp_lite.types import (
@@ -41,7 +45,6 @@ from sepp_lite.types import (
     JobCtx,
     Payload,
     Primitive,
-    RetryPolicy,
     ServerInfo,
 )
 
@@ -84,7 +87,6 @@ _MAX_SLEEP_MS = 60_000
 # stepped by NTP, against the server's).
 _CLOCK_READ_MS = 60_000
 _SKEW_MS = CLOCK_SKEW_ALLOWANCE // timedelta(milliseconds=1)
-_BACKOFF = RetryPolicy(initial_backoff=timedelta(seconds=1), max_backoff=timedelta(minutes=1))
 _KEY_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 _MS = timedelta(milliseconds=1)
 
@@ -349,7 +351,7 @@ class PeriodicScheduler:
         self._clock: Clock = clock if clock is not None else WallClock()
         self._tracks = {id(job): _Track() for job in self._jobs}
         self._by_type = {(job.queue, job.job_type): job for job in self._jobs}
-        self._batch = 256
+        self._limits = BatchLimits()
         self._checked = False
         self._sleeping_until: Optional[int] = None
         # The server's clock less ours, as last read (at _read_at, by ours).
@@ -387,7 +389,7 @@ class PeriodicScheduler:
         info = await self._retrying("cannot read the server's limits", self._read_server)
         for job in self._jobs:
             check_server_limits(job, info)
-        self._batch = max(1, info.max_enqueue_batch)
+        self._limits = BatchLimits.of(info)
         self._checked = True
 
     async def run(self) -> None:
@@ -423,22 +425,25 @@ class PeriodicScheduler:
         return self._clock.now_ms() + self._offset_ms
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[T]]) -> T:
-        """``call()``'s result, calling it again after a logged, growing pause while it
-        fails; a refusal no retry can fix (a bad API key) raises."""
-        delays = backoff_delays(_BACKOFF)
-        while True:
+        """``call()``'s result, calling it again while it fails, for as long as it takes
+        (``_reach``: a growing pause, one WARNING line each); a refusal no retry can fix
+        (a bad API key) raises."""
+
+        async def attempt() -> T:
             try:
                 return await call()
-            except SeppError as exc:
-                if is_permanent(exc):
-                    raise
-                error: Exception = exc
-            except Exception as exc:  # a bug must not stop the worker beside it
+            except SeppError:
+                raise
+            except Exception:  # a bug must not stop the worker beside it
                 logger.exception("periodic: %s", what)
-                error = exc
-            delay = next(delays)
-            logger.warning("periodic: %s (%s); trying again in %.1f s", what, error, delay)
-            await asyncio.sleep(delay)
+                raise
+
+        return await until_reachable(
+            attempt,
+            math.inf,
+            text=lambda error: f"periodic: {what} ({error_text(error)})",
+            retried=_transient,
+        )
 
     async def _sleep_until(self, deadline_ms: int) -> None:
         if deadline_ms <= self._now():
@@ -460,11 +465,10 @@ class PeriodicScheduler:
     async def _pass(self) -> int:
         """Enqueue what is due now; return when to look again."""
         now, plans = await self._plans()
-        requests = [(job, slot) for job, plan in plans for slot in plan.send]
-        for start in range(0, len(requests), self._batch):
-            chunk = requests[start : start + self._batch]
-            results = await self._client.enqueue_batch([job.request(s) for job, s in chunk])
-            for (job, slot), result in zip(chunk, results):
+        requests = [(job, slot, job.request(slot)) for job, plan in plans for slot in plan.send]
+        for chunk in fit_batches(requests, self._limits, _sent_size):
+            results = await self._client.enqueue_batch([request for _, _, request in chunk])
+            for (job, slot, _), result in zip(chunk, results):
                 self._record(job, slot, result)
         for job, plan in plans:
             self._settle(job, plan, now)
@@ -615,6 +619,17 @@ def check_server_limits(job: PeriodicJob, info: ServerInfo) -> None:
             f"periodic {job.job_type}: its keys ({len(key.encode())} bytes, e.g. {key!r}) "
             f"are longer than the server accepts ({info.max_idempotency_key_bytes})"
         )
+
+
+def _sent_size(item: tuple[PeriodicJob, int, EnqueueRequest]) -> int:
+    request = item[2]
+    return sent_size(request, len(encode_enqueue_batch_request([request])))
+
+
+def _transient(error: Exception) -> bool:
+    """Whether the scheduler tries again after ``error``: anything but a refusal no
+    retry can fix."""
+    return not (isinstance(error, SeppError) and is_permanent(error))
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

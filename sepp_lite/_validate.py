@@ -46,6 +46,7 @@ __all__ = [
     "is_control",
     "is_priority",
     "job_type",
+    "max_attempts",
     "max_jobs",
     "non_negative_wire_duration",
     "payload_data",
@@ -74,6 +75,23 @@ def uint32(value: object, name: str) -> int:
     """``value`` as a uint32 field; ``ValueError`` for anything else (bools included)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= UINT32_MAX:
         raise ValueError(f"{name} must be an int from 0 to {UINT32_MAX}, got {value!r}")
+    return value
+
+
+# A job's max_attempts where it is given as an option (a task's, the command line's): the
+# server refuses 0 ("max_attempts must be >= 1"). The client itself sends any uint32, as
+# sepp-py does, and leaves 0 to the server's rejection.
+MAX_ATTEMPTS = (1, UINT32_MAX)
+
+
+def max_attempts(value: object) -> int:
+    """``max_attempts`` given as an option: an int from 1 to ``UINT32_MAX``
+    (``TypeError`` for another type, bools included; ``ValueError`` out of range)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_attempts must be an int, got {type(value).__name__}")
+    low, high = MAX_ATTEMPTS
+    if not low <= value <= high:
+        raise ValueError(f"max_attempts must be from {low} to {high}, got {value}")
     return value
 
 
@@ -290,12 +308,6 @@ def custom_map(custom: Mapping[str, object]) -> None:
         ):
             continue
         _custom_entry(key, value)
-
-
-# The largest request the server decodes: its limits.max_message_bytes, 16 MiB unless
-# configured, which GetServerInfo does not report. A larger request is refused whole
-# (OUT_OF_RANGE) before anything in it is read, so the client refuses it before sending.
-MAX_REQUEST_BYTES = 16 * 1024 * 1024
 
 
 # ---------------------------------------------------------------------------------------

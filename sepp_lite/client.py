@@ -38,13 +38,13 @@ from sepp_lite._codec.lease import (
 )
 from sepp_lite._codec.server_info import decode_get_server_info_response
 from sepp_lite._lease import Lease
-from sepp_lite._retry import RETRIED_BY_POLICY, call_with_retry
-from sepp_lite._status import CallFailure
+from sepp_lite._retry import RETRIED_BY_POLICY, OnRetry, call_with_retry
+from sepp_lite._sending import MAX_MESSAGE_BYTES, BatchLimits, job_rejection
+from sepp_lite._status import CallFailure, Status
 from sepp_lite._time import Duration, as_timedelta, datetime_to_ms
 from sepp_lite._wire.http2 import Keepalive
 from sepp_lite._wire.redact import protect_credentials_in_logs
 from sepp_lite._wire.transport import (
-    DEFAULT_MAX_RECEIVE,
     Http2Transport,
     Transport,
     bearer_metadata,
@@ -99,7 +99,7 @@ class SeppClient:
         auth_metadata: Iterable[tuple[str, str]] | None = None,
         rpc_timeout: Duration = _DEFAULT_RPC_TIMEOUT,
         *,
-        max_receive_message_bytes: int = DEFAULT_MAX_RECEIVE,
+        max_receive_message_bytes: int = MAX_MESSAGE_BYTES,
         check_payload_limit: bool = True,
         coalesce_enqueues: bool | None = None,
         max_enqueue_batches_in_flight: int = _coalesce.DEFAULT_MAX_IN_FLIGHT,
@@ -131,9 +131,8 @@ class SeppClient:
         self._coalescer: _coalesce.Coalescer | None = None
         if _coalescing(coalesce_enqueues):
             self._coalescer = _coalesce.Coalescer(
-                self._transport,
-                self._retry_policy,
-                self._rpc_timeout,
+                self._send_batch,
+                self._deadline_error,
                 max_in_flight=max_enqueue_batches_in_flight,
                 max_waiting=max_enqueues_waiting,
             )
@@ -203,7 +202,7 @@ class SeppClient:
             as_timedelta(keepalive_time, "keepalive_time", positive=True).total_seconds(),
             as_timedelta(keepalive_timeout, "keepalive_timeout", positive=True).total_seconds(),
         )
-        receive_limit = _validate.receive_limit(max_receive_message_bytes, DEFAULT_MAX_RECEIVE)
+        receive_limit = _validate.receive_limit(max_receive_message_bytes, MAX_MESSAGE_BYTES)
         timeout = as_timedelta(connect_timeout, "connect_timeout", positive=True).total_seconds()
         if metadata:
             protect_credentials_in_logs()
@@ -290,16 +289,21 @@ class SeppClient:
         kind: errors.CallKind = "generic",
         all_keyed: bool = True,
         timeout: float | None = None,
+        deadline_at: float | None = None,
+        on_retry: OnRetry | None = None,
     ) -> bytes:
-        """One logical call: a deadline for all its attempts, retried per the policy
-        when ``RETRIED_BY_POLICY`` says it applies to ``method``; a failure raised as
+        """One logical call, the one path of every call of this client (its coalescer's
+        too): a deadline for all its attempts (``timeout`` seconds from now, unless
+        ``deadline_at`` is given), retried per the policy when ``RETRIED_BY_POLICY`` says
+        it applies to ``method`` (``on_retry`` told of each retry), a failure raised as
         ``errors.map_failure`` says for ``kind``."""
-        if len(request) > _validate.MAX_REQUEST_BYTES:
+        if len(request) > MAX_MESSAGE_BYTES:
             raise errors.RequestTooLargeError.before_sending(
-                method, len(request), _validate.MAX_REQUEST_BYTES
+                method, len(request), MAX_MESSAGE_BYTES
             )
         seconds = self._rpc_timeout if timeout is None else timeout
-        deadline_at = asyncio.get_running_loop().time() + seconds
+        if deadline_at is None:
+            deadline_at = asyncio.get_running_loop().time() + seconds
         if not RETRIED_BY_POLICY[method] or self._retry_policy.max_attempts <= 1:
             return await self._unary(method, request, deadline_at, kind, seconds)
 
@@ -307,8 +311,32 @@ class SeppClient:
             return await self._unary(method, request, deadline_at, kind, seconds)
 
         return await call_with_retry(
-            method, attempt, self._retry_policy, deadline_at, all_keyed=all_keyed
+            method,
+            attempt,
+            self._retry_policy,
+            deadline_at,
+            all_keyed=all_keyed,
+            on_retry=on_retry,
         )
+
+    async def _send_batch(
+        self, request: bytes, count: int, deadline_at: float, all_keyed: bool, on_retry: OnRetry
+    ) -> list[EnqueueAck | errors.JobRejection]:
+        """An EnqueueBatch call of ``count`` jobs the coalescer shares between its
+        callers, until ``deadline_at``: sent, retried and mapped by :meth:`_rpc`, its
+        answer checked as :meth:`enqueue_batch` checks its own."""
+        data = await self._rpc(
+            "EnqueueBatch", request, all_keyed=all_keyed, deadline_at=deadline_at, on_retry=on_retry
+        )
+        return _batch_results(data, count)
+
+    def _deadline_error(self, method: str, *, sent: bool) -> errors.SeppError:
+        """The error of a ``method`` call at its deadline (``errors.map_failure``'s), for
+        a call that waited in the coalescer: ``sent`` says whether it went out."""
+        what = "deadline exceeded" if sent else "deadline exceeded before the call was sent"
+        failure = CallFailure(Status.DEADLINE_EXCEEDED, what, local=True, ambiguous=sent)
+        where = f"{method} to {self._transport.label}"
+        return errors.map_failure(failure, "generic", where, self._rpc_timeout)
 
     async def _unary(
         self, method: str, request: bytes, deadline_at: float, kind: errors.CallKind, seconds: float
@@ -339,11 +367,10 @@ class SeppClient:
         refused: dict[int, errors.JobRejection] = {}
         info = self._server_info
         if info is not None and info.max_payload_bytes and self._check_payload_limit:
-            limit = info.max_payload_bytes
             for index, job in enumerate(batch):
-                body = job.payload
-                if body is not None and len(body.data) > limit:
-                    refused[index] = errors.PayloadTooLarge(limit, len(body.data))
+                rejection = job_rejection(job, info, names=False)
+                if rejection is not None:
+                    refused[index] = rejection
         return batch, refused
 
     async def enqueue_batch(
@@ -369,15 +396,9 @@ class SeppClient:
             if not sent:
                 return [refused[index] for index in range(len(batch))]
             data = await self._rpc("EnqueueBatch", request, all_keyed=_all_keyed(sent))
-        results = decode_enqueue_batch_response(data)
-        if len(results) != len(sent):
-            raise errors.BatchResultCountMismatchError(len(sent), len(results))
-        if None in results:
-            raise errors.MalformedResponseError("a job result in EnqueueBatch sets no outcome")
-        answers = iter(results)
+        answers = iter(_batch_results(data, len(sent)))
         return [
-            refused[index] if index in refused else next(answers)  # type: ignore[misc]
-            for index in range(len(batch))
+            refused[index] if index in refused else next(answers) for index in range(len(batch))
         ]
 
     async def enqueue(self, job: EnqueueRequest) -> EnqueueAck:
@@ -442,7 +463,7 @@ class SeppClient:
         with _otel.client_span("sepp.enqueue_atomic", {"sepp.batch_size": len(batch)}):
             trace = _injected_trace()
             request = encode_enqueue_batch_request(batch, trace)
-            if len(request) > _validate.MAX_REQUEST_BYTES:
+            if len(request) > MAX_MESSAGE_BYTES:
                 _refuse_oversized(batch, refused, trace)
             if refused:
                 raise errors.BatchValidationError(
@@ -581,7 +602,7 @@ class SeppClient:
             data = await self._rpc("GetServerInfo", b"")
         info = self._server_info = decode_get_server_info_response(data)
         if self._coalescer is not None:
-            self._coalescer.batch_jobs = max(1, info.max_enqueue_batch)
+            self._coalescer.limits.jobs = BatchLimits.of(info).jobs
         return info
 
     async def drain_dead_letters(
@@ -675,7 +696,7 @@ def _encoded_batch(
     left out, and their request. A job too large for any request is refused here."""
     trace = _injected_trace()
     sent, request = _without(batch, refused, trace)
-    if len(request) > _validate.MAX_REQUEST_BYTES and _refuse_oversized(batch, refused, trace):
+    if len(request) > MAX_MESSAGE_BYTES and _refuse_oversized(batch, refused, trace):
         sent, request = _without(batch, refused, trace)
     return sent, request
 
@@ -694,20 +715,27 @@ def _refuse_oversized(
     the server's message limit, with the ``PayloadTooLarge`` its payload limit gives
     (the server could not even read it: one error for every payload too large, be it
     2 or 20 MB). True when it refused any."""
-    limit = _validate.MAX_REQUEST_BYTES
     found = False
     for index, job in enumerate(batch):
-        body = job.payload
-        if index in refused or body is None:
+        if index in refused or job.payload is None:
             continue
         alone = len(encode_enqueue_batch_request([job], trace))
-        if alone > limit:
-            # The largest payload this job could have carried, the rest as it is.
-            refused[index] = errors.PayloadTooLarge(
-                limit - (alone - len(body.data)), len(body.data)
-            )
+        rejection = job_rejection(job, None, size=alone)
+        if rejection is not None:
+            refused[index] = rejection
             found = True
     return found
+
+
+def _batch_results(data: bytes, count: int) -> list[EnqueueAck | errors.JobRejection]:
+    """The answer of an EnqueueBatch call of ``count`` jobs, checked: one result per job,
+    each an ack or a rejection."""
+    results = decode_enqueue_batch_response(data)
+    if len(results) != count:
+        raise errors.BatchResultCountMismatchError(count, len(results))
+    if None in results:
+        raise errors.MalformedResponseError("a job result in EnqueueBatch sets no outcome")
+    return results  # type: ignore[return-value]
 
 
 def _all_keyed(jobs: list[EnqueueRequest]) -> bool:

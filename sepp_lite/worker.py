@@ -15,7 +15,6 @@ import contextvars
 import inspect
 import logging
 import os
-import re
 import socket
 import time
 from collections.abc import Awaitable
@@ -26,13 +25,13 @@ from sepp_lite import _log, _otel, _otel_metrics, _validate
 from sepp_lite._handlers import RegisteredHandler, check_handler, handler_name
 from sepp_lite._lease import Lease
 from sepp_lite._observe import WorkerEvents, WorkerObserver
+from sepp_lite._reach import StartOptions, Stopped, clamped, error_text, start_info
 from sepp_lite._retry import (
     DEFAULT_RESERVE_ERROR_BACKOFF,
     DEFAULT_WAIT_FOR_SERVER,
     EARLY_EMPTY_PAUSE_S,
     EARLY_EMPTY_S,
     is_permanent,
-    is_unreachable,
 )
 from sepp_lite._taskset import TaskSet
 from sepp_lite._time import Duration, as_timedelta, now_ms, seconds_text
@@ -53,7 +52,6 @@ from sepp_lite.types import (
     Payload,
     ReserveOptions,
     RetryDirective,
-    ServerInfo,
     checked_reserve_options,
 )
 
@@ -89,9 +87,6 @@ _UNKNOWN_DELAY_MAX_S = 86400.0
 _UNKNOWN_REPORT_S = 60.0
 # A nack reason longer than this is cut (an exception's text can be megabytes).
 _REASON_LIMIT = 4096
-# The transport's own words for its connect backoff, which the worker's log line
-# replaces with the one delay it really waits.
-_RETRY_HINT = re.compile(r"; next attempt in [0-9.]+ s$")
 
 
 def _unknown_type_delay(value: Duration) -> float:
@@ -114,10 +109,6 @@ def _retry_delay(error: SeppError, backoff: float) -> float:
     before then would fail at once)."""
     after = error.retry_after if isinstance(error, ClientError) else None
     return backoff if after is None else max(backoff, after)
-
-
-def _error_text(error: SeppError) -> str:
-    return _RETRY_HINT.sub("", str(error))
 
 
 def _attempts(ctx: JobCtx) -> str:
@@ -229,11 +220,9 @@ def _outcome_seen(task: asyncio.Future[Any]) -> None:
         task.exception()
 
 
-def _gave_up(error: SeppError, attempts: int, waited: float, bound: float) -> TransportError:
-    gave_up = TransportError(
-        f"gave up waiting for the sepp server after {attempts} attempt(s) in {waited:.0f} s "
-        f"(wait_for_server={bound:g} s): {_error_text(error)}"
-    )
+def _unavailable(message: str) -> TransportError:
+    """The error of a worker that gave up waiting for its server."""
+    gave_up = TransportError(message)
     gave_up.code = Status.UNAVAILABLE
     return gave_up
 
@@ -699,7 +688,7 @@ class Worker:
                 self._fatal = error
                 return False
             delay = _retry_delay(error, self._error_backoff)
-            logger.warning("reserve failed: %s; retrying in %.3g s", _error_text(error), delay)
+            logger.warning("reserve failed: %s; retrying in %.3g s", error_text(error), delay)
             return not (await self._race(asyncio.sleep(delay)))[1]
         if not reserved:
             permits.release()
@@ -1011,93 +1000,24 @@ class Worker:
 
     # -- start and stop ---------------------------------------------------------------
 
-    async def _server_info(self) -> ServerInfo | None:
-        """GetServerInfo, asked until the server answers, at most ``wait_for_server``
-        while it cannot be reached (one log line per attempt); None when it answered
-        with an error retries cannot fix but the reserves may not meet (an old server
-        without the call), or when shutdown came first. Raises a refusal no retry can
-        fix at once, and :class:`~sepp_lite.errors.TransportError` once the wait is
-        over."""
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                return await self._client.get_server_info()
-            except SeppError as error:
-                if is_permanent(error):
-                    raise  # a wrong key or the like: no reserve could succeed either
-                if is_unreachable(error) and self._wait_for_server <= 0:
-                    raise
-                if not is_unreachable(error):
-                    logger.warning(
-                        "could not read the server's limits (%s); using the options as given",
-                        error,
-                    )
-                    return None
-                waited = loop.time() - started
-                left = self._wait_for_server - waited
-                if left <= 0:
-                    raise _gave_up(error, attempt, waited, self._wait_for_server) from error
-                delay = min(_retry_delay(error, self._error_backoff), left)
-                logger.warning(
-                    "waiting for the sepp server (attempt %d, %.0f s of %.0f s): %s; "
-                    "next attempt in %.1f s",
-                    attempt,
-                    waited,
-                    self._wait_for_server,
-                    _error_text(error),
-                    delay,
-                )
-                if (await self._race(asyncio.sleep(delay)))[1]:
-                    return None
-
     async def _apply_server_limits(self) -> None:
-        info = await self._server_info()
+        """The start-up handshake: the server's limits, waited for (``_reach``), and
+        this worker's options clamped to them."""
+        info = await start_info(
+            self._client.get_server_info, self._wait_for_server, _unavailable, self._pause
+        )
         if info is None:
             return
-        opts, changes = self._opts, []
-        if (
-            opts.max_jobs is not None
-            and info.max_reserve_batch
-            and opts.max_jobs > info.max_reserve_batch
-        ):
-            changes.append(f"max_jobs {opts.max_jobs} -> {info.max_reserve_batch}")
-            opts.max_jobs = info.max_reserve_batch
-        if info.max_lease_duration and opts.lease_duration > info.max_lease_duration:
-            changes.append(
-                f"lease {seconds_text(opts.lease_duration)} -> "
-                f"{seconds_text(info.max_lease_duration)}"
-            )
-            opts.lease_duration = info.max_lease_duration
-        if info.max_wait_timeout and opts.wait_timeout > info.max_wait_timeout:
-            changes.append(
-                f"wait {seconds_text(opts.wait_timeout)} -> {seconds_text(info.max_wait_timeout)}"
-            )
-            opts.wait_timeout = info.max_wait_timeout
-        self._clamp_unknown_delay(info.max_schedule_horizon, changes)
-        if changes:
-            self._poll_options.clear()  # made from the values before the clamp
-            logger.warning(
-                "clamped to the server's limits: %s (the server would clamp them on every "
-                "call; ask for no more than it allows to silence this)",
-                ", ".join(changes),
-            )
+        start = StartOptions(self._opts, self._unknown_delay, self._unknown_delay_cap)
+        opts, self._unknown_delay, self._unknown_delay_cap = clamped(start, info)
+        if opts is not self._opts:
+            self._opts = opts
+            self._poll_options.clear()  # made from the options before the clamp
 
-    def _clamp_unknown_delay(self, horizon: timedelta, changes: list[str]) -> None:
-        """The server shortens a nack's delay to its ``max_schedule_horizon`` (a queue
-        may have a shorter one, which only that queue's nack can meet)."""
-        limit = horizon.total_seconds()
-        if limit <= 0:
-            return
-        self._unknown_delay_cap = min(_UNKNOWN_DELAY_MAX_S, limit)
-        if self._unknown_delay > limit:
-            changes.append(
-                f"unknown_type_delay {seconds_text(timedelta(seconds=self._unknown_delay))} -> "
-                f"{seconds_text(horizon)}"
-            )
-            self._unknown_delay = limit
+    async def _pause(self, delay: float) -> None:
+        """Sleep ``delay`` seconds; raise ``_reach.Stopped`` when shutdown comes first."""
+        if (await self._race(asyncio.sleep(delay)))[1]:
+            raise Stopped
 
     async def _drain(self, jobs: TaskSet) -> None:
         handed = self._hand_back_unstarted()

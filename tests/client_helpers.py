@@ -80,6 +80,26 @@ async def until(predicate: Callable[[], object], timeout: float = 10.0, step: fl
         await asyncio.sleep(step)
 
 
+@contextlib.asynccontextmanager
+async def worker_running(worker: Any, timeout: float = 20.0) -> AsyncIterator[asyncio.Future[None]]:
+    """Run ``worker`` (a ``sepp_lite.Worker``) for the block, and always stop it: its
+    shutdown handle on the way out, then ``run()`` awaited for at most ``timeout``
+    seconds. Its error is raised when the block ended well; when the block raised, that
+    error goes on, and a worker that does not stop in time is cancelled."""
+    task = asyncio.ensure_future(worker.run())
+    try:
+        yield task
+    except BaseException:
+        worker.shutdown_handle().shutdown()
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        raise
+    worker.shutdown_handle().shutdown()
+    await asyncio.wait_for(task, timeout)
+
+
 def until_sync(predicate: Callable[[], object], timeout: float = 10.0, step: float = 0.01) -> None:
     """:func:`until` for a thread with no event loop: poll ``predicate()`` (state on
     another thread, with no event to wait on) with ``time.sleep``."""

@@ -7,10 +7,11 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import operator
 import re
 from functools import cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import pytest
 
@@ -18,7 +19,7 @@ import sepp_lite
 from sepp_lite._wire import transport
 from sepp_lite.testing import SeppTestServer
 from tests.repo_files import repo_files
-from tests.test_import_cycles import drawn_rooms, modules_of, room_of
+from tests.test_import_cycles import drawn_rooms, import_graph, modules_of, room_of
 
 ROOT = Path(__file__).resolve().parent.parent
 TEXT = (ROOT / "ARCHITECTURE.md").read_text()
@@ -546,3 +547,163 @@ def test_the_layout_table_lists_every_room_from_the_bottom_band_up() -> None:
     rank = drawn_rooms(TEXT)
     ranks = [rank[room] for room in rooms if room in rank]
     assert ranks == sorted(ranks, reverse=True), [r for r in rooms if r in rank]
+
+
+# -- one home per question: what the server takes ------------------------------------------
+
+SERVER_LIMITS = "_sending.py"
+# Names a default of the jobs in one EnqueueBatch call would go by.
+_BATCH_NAME = re.compile(r"enqueue|batch_jobs|^_?batch$", re.I)
+_ARITHMETIC: dict[type[ast.operator], Callable[[int, int], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Pow: operator.pow,
+    ast.LShift: operator.lshift,
+}
+
+
+def _folded(node: Optional[ast.expr]) -> Optional[int]:
+    """The int an expression of int constants and arithmetic comes to, else None."""
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    if isinstance(node, ast.BinOp):
+        left, right = _folded(node.left), _folded(node.right)
+        apply = _ARITHMETIC.get(type(node.op))
+        if left is not None and right is not None and apply is not None:
+            return int(apply(left, right))
+    return None
+
+
+def _bound_ints(source: str) -> list[tuple[int, str, int]]:
+    """``(line, name, value)`` of every int a name is given in ``source``: assignments,
+    annotated ones and parameter defaults."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        pairs: list[tuple[ast.expr, Optional[ast.expr]]] = []
+        if isinstance(node, ast.Assign):
+            pairs = [(target, node.value) for target in node.targets]
+        elif isinstance(node, ast.AnnAssign):
+            pairs = [(node.target, node.value)]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            arguments = node.args
+            positional = [*arguments.posonlyargs, *arguments.args]
+            named = positional[len(positional) - len(arguments.defaults) :]
+            for argument, default in [
+                *zip(named, arguments.defaults),
+                *zip(arguments.kwonlyargs, arguments.kw_defaults),
+            ]:
+                value = _folded(default)
+                if value is not None:
+                    found.append((argument.lineno, argument.arg, value))
+        for target, expr in pairs:
+            value = _folded(expr)
+            name = target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+            if value is not None:
+                found.append((target.lineno, name, value))
+    return found
+
+
+def server_limit_copies() -> list[str]:
+    """Where a module other than ``_sending.py`` writes the server's 16 MiB message limit
+    (under any name, in any spelling of arithmetic), or the default of 256 jobs in one
+    EnqueueBatch call."""
+    copies = []
+    for path in package_files():
+        if path.name == SERVER_LIMITS and path.parent == PACKAGE:
+            continue
+        where = path.relative_to(ROOT)
+        for line, name, value in _bound_ints(path.read_text()):
+            if value == 16 * 1024 * 1024 or (value == 256 and _BATCH_NAME.search(name)):
+                copies.append(f"{where}:{line} {name} = {value}")
+    return copies
+
+
+def test_the_servers_limits_are_written_in_one_module() -> None:
+    """The 16 MiB message limit and the default of 256 jobs a call are ``_sending``'s
+    (issue 39: they were written in six modules, the 256 in two)."""
+    assert server_limit_copies() == []
+
+
+def test_the_limit_finder_sees_each_spelling() -> None:
+    source = (
+        "A = 16 * 1024 * 1024\nB: int = 1 << 24\ndef f(size=16_777_216): ...\n"
+        "class C:\n    def __init__(self):\n        self._batch = 256\n"
+        "max_enqueue_batch: int = 256\nmax_reserve_batch = 256\nFILE_BATCH = 256\n"
+    )
+    found = [(name, value) for _, name, value in _bound_ints(source)]
+    assert ("A", 16 * 1024 * 1024) in found and ("B", 1 << 24) in found
+    assert ("size", 16 * 1024 * 1024) in found and ("_batch", 256) in found
+    batch_names = [name for name, value in found if value == 256 and _BATCH_NAME.search(name)]
+    assert sorted(batch_names) == ["_batch", "max_enqueue_batch"]
+
+
+# -- one home per question: waiting for a server -------------------------------------------
+
+WAITING_LINES = ("waiting for the sepp server (attempt", "gave up waiting for the sepp server")
+
+
+def _strings(source: str) -> list[str]:
+    """The string constants of ``source``'s code (f-strings' parts too), docstrings left
+    out."""
+    tree = ast.parse(source)
+    docstrings = set()
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if isinstance(body, list) and body and isinstance(body[0], ast.Expr):
+            docstrings.add(id(body[0].value))
+    return [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        if id(node) not in docstrings
+    ]
+
+
+def modules_saying(words: str) -> list[str]:
+    """The modules of sepp_lite whose code (not their docstrings) says ``words``."""
+    return [
+        str(path.relative_to(PACKAGE))
+        for path in package_files()
+        if any(words in text for text in _strings(path.read_text()))
+    ]
+
+
+@pytest.mark.parametrize("line", WAITING_LINES)
+def test_waiting_for_a_server_is_written_in_one_module(line: str) -> None:
+    """The Worker's start, ``sepp-lite worker`` and the periodic scheduler wait for their
+    server through ``_reach.py`` (issue 39: three loops, two of them with this line)."""
+    assert modules_saying(line) == ["_reach.py"]
+
+
+def test_the_string_finder_skips_docstrings() -> None:
+    source = (
+        '"""waiting for x"""\ndef f():\n    """waiting for y"""\n    return f"waiting for {1}"\n'
+    )
+    assert _strings(source) == ["waiting for "]
+
+
+# -- one call path: the coalescer sends through the client ---------------------------------
+
+# What only the client's one call path may do: call a transport, map its failures, and
+# run the retry loop.
+CALL_PATH = {"sepp_lite._wire", "sepp_lite._status", "map_failure", "call_with_retry", "unary"}
+
+
+def call_path_uses(module: str, package: Path = PACKAGE) -> list[str]:
+    """What ``module`` imports or calls of the client's one call path."""
+    imports = import_graph(package)[module]
+    found = [f"imports {name}" for name in imports if name.startswith(tuple(CALL_PATH))]
+    path = modules_of(package)[module]
+    for node in ast.walk(ast.parse(path.read_text())):
+        name = getattr(node, "attr", None) or getattr(node, "id", None)
+        if name in CALL_PATH:
+            found.append(f"uses {name} (line {node.lineno})")  # type: ignore[attr-defined]
+    return found
+
+
+def test_the_coalescer_sends_through_the_clients_one_call_path() -> None:
+    """No transport, no failure mapping, no retry loop of its own (issue 39: it repeated
+    the client's)."""
+    assert call_path_uses("sepp_lite._coalesce") == []
+    assert "uses map_failure" in " ".join(call_path_uses("sepp_lite.client"))

@@ -5,6 +5,7 @@ in-process server over real sockets; periodic ones too."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -18,7 +19,7 @@ import sepp_lite as sepp
 from sepp_lite import JobCtx
 from sepp_lite.tasks import Backoff, Tasks
 from sepp_lite.testing import ManualClock, SeppTestServer, run_until_drained
-from tests.client_helpers import unique_queue, until
+from tests.client_helpers import unique_queue, until, worker_running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -100,7 +101,7 @@ async def test_a_plain_def_task_without_ctx_and_its_unit_call(
 
 
 async def test_shutdown_waits_for_a_plain_def_task_that_is_running(
-    server: SeppTestServer, client: sepp.SeppClient
+    server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     tasks = Tasks(queue=unique_queue())
     started, release = threading.Event(), threading.Event()
@@ -114,13 +115,15 @@ async def test_shutdown_waits_for_a_plain_def_task_that_is_running(
 
     await slow.enqueue(client, Resize("z.png", 1))
     worker = tasks.worker(client)
-    running = asyncio.ensure_future(worker.run())
-    assert await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
-    worker.shutdown_handle().shutdown()
-    await asyncio.sleep(0.2)
-    assert not running.done()  # the thread cannot be stopped: the worker waits for it
-    release.set()
-    await asyncio.wait_for(running, 10)
+    caplog.set_level(logging.INFO, "sepp_lite")
+    async with worker_running(worker, 10) as running:
+        assert await asyncio.get_running_loop().run_in_executor(None, started.wait, 10)
+        worker.shutdown_handle().shutdown()
+        # Past the reserve loop, draining: the thread cannot be stopped, so the worker
+        # waits for it, its job still in flight.
+        await until(lambda: "draining 1 in-flight job(s)" in caplog.text)
+        assert not running.done() and worker.in_flight == 1
+        release.set()
     assert finished == ["z.png"]
     counts = server.counts(tasks.queues[0])
     assert (counts.ready, counts.in_flight, counts.dead) == (0, 0, 0)  # acked

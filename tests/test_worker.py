@@ -25,6 +25,7 @@ from tests.client_helpers import (
     status_errors,
     unique_queue,
     until,
+    worker_running,
 )
 from tests.fault_helpers import running
 
@@ -46,17 +47,13 @@ async def enqueue(
 
 async def run_for(worker: sepp.Worker, predicate: object, timeout: float = 10.0) -> None:
     """Run the worker until ``predicate()`` holds, then shut it down and drain."""
-    task = asyncio.ensure_future(worker.run())
-    try:
+    async with worker_running(worker, 10) as task:
         async with _deadline(timeout):
             while not predicate():  # type: ignore[operator]
                 await asyncio.sleep(0.01)
                 if task.done():
                     task.result()
                     raise AssertionError("worker stopped early")
-    finally:
-        worker.shutdown_handle().shutdown()
-        await asyncio.wait_for(task, 10)
 
 
 class _deadline:
@@ -241,17 +238,19 @@ async def test_base_exceptions_are_not_swallowed(
         raised.set()
         raise Fatal
 
+    def crashed() -> list[logging.LogRecord]:
+        return [r for r in caplog.records if r.getMessage() == "job task crashed"]
+
     with caplog.at_level(logging.ERROR, "sepp_lite"):
-        task = asyncio.ensure_future(worker.run())
-        await asyncio.wait_for(raised.wait(), 5)
-        await asyncio.sleep(0.1)
-        worker.shutdown_handle().shutdown()
-        await asyncio.wait_for(task, 5)
+        async with worker_running(worker, 5):
+            await asyncio.wait_for(raised.wait(), 5)
+            # The job's task has ended: whatever it would have sent is sent.
+            await until(crashed, 5)
     # Not turned into a nack: the job stays leased (until its lease lapses) and the
     # exception ends the job's task, which is reported.
     assert server.counts(queue) == (0, 0, 1, 0)
-    crashed = [r for r in caplog.records if r.getMessage() == "job task crashed"]
-    assert len(crashed) == 1 and isinstance(crashed[0].exc_info[1], Fatal)  # type: ignore[index]
+    [report] = crashed()
+    assert isinstance(report.exc_info[1], Fatal)  # type: ignore[index]
 
 
 # -- unknown job types -------------------------------------------------------------
@@ -495,8 +494,7 @@ async def test_lost_lease_cancels_the_handler_and_settles_nothing(
             raise
 
     caplog.set_level(logging.INFO, "sepp_lite")
-    task = asyncio.ensure_future(worker.run())
-    try:
+    async with worker_running(worker, 5):
         await asyncio.wait_for(started.wait(), 5)
         stolen = None
         for _ in range(50):
@@ -509,9 +507,6 @@ async def test_lost_lease_cancels_the_handler_and_settles_nothing(
         # Still in flight under the thief's attempt 2: the cancelled handler acked nothing.
         assert server.counts(queue) == (0, 0, 1, 0)
         await client.ack(stolen[0].ctx)
-    finally:
-        worker.shutdown_handle().shutdown()
-        await asyncio.wait_for(task, 5)
     # Logged once, by the lease keeper that found it lost.
     about = [r for r in caplog.records if stolen[0].ctx.id in r.getMessage()]
     assert [(r.levelname, r.getMessage().split(" (")[0]) for r in about] == [

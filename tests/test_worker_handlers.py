@@ -22,7 +22,7 @@ import pytest
 
 import sepp_lite as sepp
 from sepp_lite.testing import SeppTestServer
-from tests.client_helpers import unique_queue, until
+from tests.client_helpers import unique_queue, until, worker_running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -171,10 +171,8 @@ async def test_a_thread_is_waited_for_within_the_shutdown_grace(
         started.set()
         threading.Event().wait(0.5)
 
-    task = asyncio.ensure_future(worker.run())
-    await until(started.is_set)
-    worker.shutdown_handle().shutdown()
-    await asyncio.wait_for(task, 20)
+    async with worker_running(worker, 20):
+        await until(started.is_set)
     assert server.counts(queue) == (0, 0, 0, 0)  # finished within the grace: acked
 
 

@@ -18,12 +18,12 @@ from grpclib.client import Channel
 from grpclib.exceptions import GRPCError, ProtocolError, StreamTerminatedError
 from grpclib.utils import Wrapper
 
+from sepp_lite._sending import MAX_MESSAGE_BYTES
 from sepp_lite._status import CallFailure, Status, status_of
 from sepp_lite._wire import grpc
 from sepp_lite._wire.cork import cork
 from sepp_lite._wire.http2 import ResponseHeaders, parse_fields
 from sepp_lite._wire.transport import (
-    DEFAULT_MAX_RECEIVE,
     SERVICE_PREFIX,
     encode_metadata,
     user_agent,
@@ -52,7 +52,7 @@ class GrpclibTransport:
         channel: Channel,
         *,
         metadata: tuple[tuple[str, str], ...] = (),
-        max_receive: int = DEFAULT_MAX_RECEIVE,
+        max_receive: int = MAX_MESSAGE_BYTES,
     ) -> None:
         self.channel = channel
         self.max_receive = max_receive

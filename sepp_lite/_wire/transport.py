@@ -18,6 +18,7 @@ import sys
 from typing import NamedTuple, Optional, Protocol
 
 from sepp_lite import _log
+from sepp_lite._sending import MAX_MESSAGE_BYTES
 from sepp_lite._status import CallFailure, Status
 from sepp_lite._version import __version__
 from sepp_lite._wire import grpc
@@ -36,7 +37,6 @@ from sepp_lite.errors import ConnectError, InvalidApiKeyError
 
 logger = _log.logger()
 
-DEFAULT_MAX_RECEIVE = 16 * 1024 * 1024
 SERVICE_PREFIX = "/sepp.v1.QueueService/"
 USER_AGENT = f"sepp-lite/{__version__}"
 
@@ -364,7 +364,7 @@ class Http2Transport:
         ssl_context: Optional[ssl.SSLContext] = None,
         tls_domain: Optional[str] = None,
         metadata: tuple[tuple[str, str], ...] = (),
-        max_receive: int = DEFAULT_MAX_RECEIVE,
+        max_receive: int = MAX_MESSAGE_BYTES,
         keepalive: Optional[Keepalive] = None,
         connect_timeout: float = 5.0,
         config: Http2Config = DEFAULT_CONFIG,

@@ -16,6 +16,7 @@ from datetime import datetime, timezone
 from typing import IO, Any, Callable, Optional
 
 from sepp_lite import _validate, errors
+from sepp_lite._sending import MAX_MESSAGE_BYTES, job_rejection
 from sepp_lite.client import SeppClient
 from sepp_lite.types import EnqueueRequest, ServerInfo
 
@@ -347,43 +348,28 @@ def job_type_arg(text: str) -> str:
     return text
 
 
-# The server's gRPC message limit (limits.max_message_bytes, 16 MiB unless configured
-# otherwise); it is not advertised, so a request over it is refused here.
-MAX_MESSAGE_BYTES = 16 * 1024 * 1024
-
-
 def job_limit_problem(job: EnqueueRequest, size: int, info: Optional[ServerInfo]) -> Optional[str]:
-    """Why the server would refuse ``job`` (``size`` bytes encoded) for its size or a
-    name's length, by its advertised global limits (``info``) and then its message
-    limit, or None: one answer for each mistake, however large. (A queue may be
-    configured with other limits than the global ones; the library checks payloads
-    against the same global value.)"""
-    sized = []
-    if info is not None:
-        sized = [
-            ("queue name", len(job.queue.encode()), info.max_queue_name_bytes),
-            ("job type", len(job.job_type.encode()), info.max_job_type_bytes),
-            (
-                "idempotency key",
-                len((job.idempotency_key or "").encode()),
-                info.max_idempotency_key_bytes,
-            ),
-            (
-                "payload",
-                0 if job.payload is None else len(job.payload.data),
-                info.max_payload_bytes,
-            ),
-        ]
-    for what, actual, limit in sized:
-        if limit and actual > limit:
-            setting = "max_" + what.replace(" ", "_") + "_bytes"
-            return f"the {what} is {actual:,} bytes, over the server's {setting} ({limit:,})"
-    if size > MAX_MESSAGE_BYTES:
-        return (
-            f"the job is {size:,} bytes encoded, over the {MAX_MESSAGE_BYTES:,} bytes a "
-            "request may carry"
-        )
-    return None
+    """Why the server would refuse ``job`` (``size`` bytes as a request alone) for its
+    size or a name's length, in words, or None: ``_sending.job_rejection``'s answer, by
+    the server's advertised global limits (``info``) and then its message limit."""
+    rejection = job_rejection(job, info, size=size)
+    if rejection is None:
+        return None
+    settings = {
+        errors.QueueNameTooLong: ("queue name", "max_queue_name_bytes"),
+        errors.JobTypeNameTooLong: ("job type", "max_job_type_bytes"),
+        errors.IdempotencyKeyTooLong: ("idempotency key", "max_idempotency_key_bytes"),
+        errors.PayloadTooLarge: ("payload", "max_payload_bytes"),
+    }
+    what, setting = settings.get(type(rejection), ("", ""))
+    limit = getattr(rejection, "limit", None)
+    if setting and limit == getattr(info, setting, None):  # else the message limit's
+        actual = getattr(rejection, "actual", 0)
+        return f"the {what} is {actual:,} bytes, over the server's {setting} ({limit:,})"
+    return (
+        f"the job is {size:,} bytes encoded, over the {MAX_MESSAGE_BYTES:,} bytes a "
+        "request may carry"
+    )
 
 
 Commands = Any  # argparse's _SubParsersAction is private

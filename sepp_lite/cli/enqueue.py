@@ -24,7 +24,8 @@ from datetime import datetime, timedelta, timezone
 from typing import IO, Any, Optional
 
 from sepp_lite import _validate, errors
-from sepp_lite._codec.enqueue import write_enqueue_request
+from sepp_lite._codec.enqueue import encode_enqueue_batch_request
+from sepp_lite._sending import BatchLimits, sent_size
 from sepp_lite.cli.common import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -67,10 +68,6 @@ __all__ = [
 ]
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
-_UINT32_MAX = 2**32 - 1
-# One EnqueueBatch call carries at most this many bytes of jobs: the server's message
-# limit (16 MiB by default) refuses a whole call that is too big, not a single job.
-_BATCH_BYTES = 8 * 1024 * 1024
 _PROBLEMS_SHOWN = 20
 
 _JSONL_HELP = """\
@@ -167,7 +164,7 @@ def add_parser(commands: Commands, parents: list[argparse.ArgumentParser]) -> No
     parser.add_argument(
         "--delay", type=non_negative_seconds, metavar="SECONDS", help="run no sooner than this"
     )
-    parser.add_argument("--max-attempts", type=int_in(1, _UINT32_MAX), metavar="N")
+    parser.add_argument("--max-attempts", type=int_in(*_validate.MAX_ATTEMPTS), metavar="N")
     parser.add_argument(
         "--custom",
         type=_custom_arg,
@@ -223,13 +220,13 @@ def _check_enqueue_args(args: argparse.Namespace) -> None:
 def _check_request(request: EnqueueRequest) -> int:
     """Check ``request`` as the client does before sending it (``TypeError`` or
     ``ValueError`` for what enqueue would refuse), and its queue name by the server's
-    rule (which the server would answer with a rejection); return its encoded size,
-    which batches are sized by."""
+    rule (which the server would answer with a rejection); return the size of its
+    request alone, which its limits and batches are measured by."""
     check_enqueue_request(request)
     problem = _validate.queue_name_error(request.queue)
     if problem is not None:
         raise ValueError(f"queue name {request.queue!r} {problem}")
-    return len(write_enqueue_request(request))
+    return len(encode_enqueue_batch_request([request]))
 
 
 def _payload_from_args(args: argparse.Namespace) -> Optional[Payload]:
@@ -278,7 +275,8 @@ async def _cmd_enqueue(args: argparse.Namespace) -> int:
     async with await connect(args) as client:
         # The server's limits, so that a job over them is a usage error too.
         info = await client.get_server_info()
-        problem = job_limit_problem(request, len(write_enqueue_request(request)), info)
+        size = len(encode_enqueue_batch_request([request]))
+        problem = job_limit_problem(request, size, info)
         if problem is not None:
             raise CliError(problem)
         ack = await client.enqueue(request)
@@ -428,7 +426,7 @@ def request_from_json(
             payload=_line_payload(obj),
             idempotency_key=_opt_str(obj, "idempotency_key"),
             priority=_opt_int(obj, "priority", 0, 9),
-            max_attempts=_opt_int(obj, "max_attempts", 1, _UINT32_MAX),
+            max_attempts=_opt_int(obj, "max_attempts", *_validate.MAX_ATTEMPTS),
             custom=_line_custom(obj),
             trace_context=_line_trace(obj),
             scheduled_at=_line_schedule(obj, now),
@@ -498,7 +496,7 @@ class JsonlRun:
         self.queue: str = args.queue
         self.job_type: Optional[str] = args.job_type
         self.info = info
-        self.batch_max = max(1, info.max_enqueue_batch)
+        self.limits = BatchLimits.of(info)
         self.rejected = rejected
         self.bar = bar
         self.pending: list[tuple[_Line, EnqueueRequest | str]] = []  # str: why malformed
@@ -530,12 +528,13 @@ class JsonlRun:
             # Kept in line order with the jobs, so reports and the rejected file are too.
             self.pending.append((line, str(exc)))
             return
-        if self.pending_jobs and self.pending_bytes + size > _BATCH_BYTES:
+        share = sent_size(request, size)
+        if not self.limits.fits(self.pending_jobs, self.pending_bytes, share):
             await self.flush()
         self.pending.append((line, request))
         self.pending_jobs += 1
-        self.pending_bytes += size
-        if self.pending_jobs >= self.batch_max:
+        self.pending_bytes += share
+        if self.limits.full(self.pending_jobs, self.pending_bytes):
             await self.flush()
         self.bar.update(self.read)
 

@@ -18,7 +18,8 @@ from collections.abc import Awaitable
 from typing import Any, Callable, Optional
 
 from sepp_lite import errors
-from sepp_lite._retry import DEFAULT_WAIT_FOR_SERVER, is_unreachable
+from sepp_lite._reach import until_reachable
+from sepp_lite._retry import DEFAULT_WAIT_FOR_SERVER
 from sepp_lite.cli.common import (
     EXIT_OK,
     EXIT_REFUSED,
@@ -247,38 +248,15 @@ async def build_when_reachable(
 ) -> Worker:
     """:func:`build_worker`, tried again while the server cannot be reached (connecting
     fails, in this command or in the user's factory), for at most ``wait`` seconds,
-    with one log line per attempt; then :class:`CliError`. Other errors (a refused key,
-    a bad address or TLS setting) are raised at once."""
-    from sepp_lite._wire.transport import ReconnectBackoff
-
-    loop = asyncio.get_running_loop()
-    started = loop.time()
-    backoff = ReconnectBackoff()
-    attempt = 0
-    while True:
-        attempt += 1
-        try:
-            return await build_worker(target, spec, make_client, **options)
-        except errors.SeppError as error:
-            waited = loop.time() - started
-            if not is_unreachable(error) or wait <= 0:
-                raise
-            if waited >= wait:
-                raise CliError(
-                    f"gave up waiting for the sepp server after {attempt} attempt(s) in "
-                    f"{waited:.0f} s (--wait-for-server {wait:g}): {describe(error)}"
-                ) from error
-            delay = min(backoff.next(), wait - waited)
-            logger.warning(
-                "waiting for the sepp server (attempt %d, %.0f s of %g s): %s; next "
-                "attempt in %.1f s",
-                attempt,
-                waited,
-                wait,
-                describe(error),
-                delay,
-            )
-            await asyncio.sleep(delay)
+    with one log line per attempt (``_reach``); then :class:`CliError`. Other errors (a
+    refused key, a bad address or TLS setting) are raised at once."""
+    return await until_reachable(
+        lambda: build_worker(target, spec, make_client, **options),
+        wait,
+        setting=f"--wait-for-server {wait:g}",
+        gave_up=CliError,
+        text=describe,
+    )
 
 
 def _is_tasks(target: object) -> bool:

@@ -399,10 +399,7 @@ def _checked(
     if priority is not None and not isinstance(priority, Priority):
         priority = Priority(priority)
     if max_attempts is not None:
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int):
-            raise TypeError(f"max_attempts must be an int, got {type(max_attempts).__name__}")
-        if not 1 <= max_attempts <= 2**32 - 1:
-            raise ValueError(f"max_attempts must be from 1 to 4294967295, got {max_attempts}")
+        _validate.max_attempts(max_attempts)
     seconds = None
     if timeout is not None:
         seconds = as_timedelta(timeout, "timeout", positive=True).total_seconds()

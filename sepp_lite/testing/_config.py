@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional, Union
 
+from sepp_lite._sending import DEFAULT_BATCH_JOBS, MAX_MESSAGE_BYTES
 from sepp_lite.testing._names import queue_name_error, rust_debug
 
 __all__ = ["ConfigError", "Limits", "QueueConfig", "ServerConfig"]
@@ -71,10 +72,10 @@ class Limits:
     max_reserve_batch: int = 256
     max_reserve_queues: int = 32
     max_wait_timeout_ms: int = 300_000
-    max_enqueue_batch: int = 256
+    max_enqueue_batch: int = DEFAULT_BATCH_JOBS
     max_queue_depth: Optional[int] = None
     max_payload_bytes: int = 1_048_576
-    max_message_bytes: int = 16_777_216
+    max_message_bytes: int = MAX_MESSAGE_BYTES
     max_custom_entries: int = 64
     max_custom_total_bytes: int = 16_384
     max_custom_key_bytes: int = 256

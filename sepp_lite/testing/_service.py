@@ -17,6 +17,7 @@ from grpclib.encoding.base import CodecBase
 from grpclib.exceptions import GRPCError
 from grpclib.server import Stream
 
+from sepp_lite._sending import MAX_MESSAGE_BYTES
 from sepp_lite._wire.cork import cork
 from sepp_lite.errors import DecodeError
 from sepp_lite.testing._dispatch import (
@@ -42,7 +43,7 @@ class RawCodec(CodecBase):
 
     __content_subtype__ = "proto"
 
-    def __init__(self, max_message_bytes: int = 16 * 1024 * 1024) -> None:
+    def __init__(self, max_message_bytes: int = MAX_MESSAGE_BYTES) -> None:
         self.max_message_bytes = max_message_bytes
 
     def encode(self, message: Any, message_type: Any) -> bytes:
