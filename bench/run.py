@@ -12,7 +12,10 @@ to back, so that ratio cancels slow phases of a shared machine best). A second t
 compares sepp_lite's blocking client (``sepp_lite.sync``) with its async one the same
 way, a third a typed-task Worker (``sepp_lite.Tasks``) with the raw one, a fourth
 sepp_lite with OpenTelemetry installed but unused against not installed (in
-``.venv-bench-otel``). Results go to ``bench/results/latest.{md,json}``.
+``.venv-bench-otel``). With a free-threaded CPython (``--ft-python``, or
+``python3.13t`` on PATH) a last row times a CPU-bound plain ``def`` task on it, with its
+GIL off and on, and on a regular CPython (``--gil-python``). Results go to
+``bench/results/latest.{md,json}``.
 
     python bench/run.py [--rounds 5] [--jobs 3000] [--workloads batch,worker] [--no-pypy]
 
@@ -96,6 +99,15 @@ OTEL_PACKAGES = ("opentelemetry-api", "opentelemetry-sdk")
 BLOCK_OTEL = {"SEPP_BENCH_BLOCK_OTEL": "1"}
 # A few µs in 70-100 µs per job: runs three times the usual length, as the typed row's.
 OTEL_JOBS_SCALE = 3
+
+
+# Free-threaded CPython (issue 41): a CPU-bound plain def task (workloads.py's
+# cpu_tasks, ~10 ms of pure Python) x 200 on a worker with 2 threads, wall time on the
+# free-threaded build against the same binary with its GIL on (PYTHON_GIL=1), and
+# against a regular CPython of the same version when one is found.
+FT_JOBS = 200
+FT_GOAL = 0.6
+FT_LABEL = "CPU-bound def task (~10 ms pure Python) x 200, worker with 2 threads, wall time"
 
 
 # Installed packages have their bytecode compiled (pip does it); a caller's
@@ -332,6 +344,55 @@ def otel_comparison(
     }
     row["ratio_of_medians"] = row["installed_cpu_us"] / row["absent_cpu_us"]
     return row
+
+
+def ft_comparison(ft: Path, gil: Path | None, server_python: Path, rounds: int) -> dict[str, Any]:
+    """The free-threaded interpreter ``ft`` with its GIL off, the same with it on, and
+    the regular ``gil`` (if any), alternating: wall time of ``cpu_tasks``."""
+    contenders: dict[str, Contender] = {
+        "free_threaded": (ft, "sepp_lite", {"PYTHON_GIL": "0"}),
+        "gil_on": (ft, "sepp_lite", {"PYTHON_GIL": "1"}),
+    }
+    if gil is not None:
+        contenders["regular"] = (gil, "sepp_lite", {})
+    with Server(server_python) as server:
+        runs = alternate(server, contenders, "cpu_tasks", rounds, FT_JOBS)
+    # Each side is what it says (PYTHON_GIL=0 on a build with a GIL would run it).
+    assert not any(run["gil"] for run in runs["free_threaded"]), "the GIL was on"
+    assert all(run["gil"] for run in runs["gil_on"] + runs.get("regular", [])), "no GIL"
+    row: dict[str, Any] = {"jobs": FT_JOBS, "runs": runs}
+    for name, side in runs.items():
+        row[f"{name}_wall_s"] = _median(side, "wall_s")
+    for name in runs.keys() - {"free_threaded"}:
+        ratios = [a["wall_s"] / b["wall_s"] for a, b in zip(runs["free_threaded"], runs[name])]
+        row[f"vs_{name}_pair_median"] = statistics.median(ratios)
+        row[f"vs_{name}_pair_ratios"] = ratios
+    row["server_cpu_share"] = _server_share([run for side in runs.values() for run in side])
+    return row
+
+
+def free_threading(
+    report: dict[str, Any], ft_python: str, gil_python: str | None, server: Path, rounds: int
+) -> None:
+    """The free-threading rows into ``report["free_threading"]``, with the interpreters'
+    versions; also kept in bench/results/free-threading.{json,md} on their own."""
+    print("== free-threaded CPython: cpu_tasks", flush=True)
+    ft = venv(ROOT / ".venv-bench-ft", ft_python, str(ROOT))
+    gil = venv(ROOT / ".venv-bench-gil", gil_python, str(ROOT)) if gil_python else None
+    row = ft_comparison(ft, gil, server, rounds)
+    row["versions"] = {"free_threaded": versions(ft)["python"] + " (free-threaded build)"}
+    if gil is not None:
+        row["versions"]["regular"] = versions(gil)["python"]
+    report["free_threading"] = row
+    print(
+        f"   free-threaded {row['free_threaded_wall_s']:.2f} s, GIL on "
+        f"{row['gil_on_wall_s']:.2f} s, ratio {row['vs_gil_on_pair_median']:.2f}",
+        flush=True,
+    )
+    RESULTS.mkdir(exist_ok=True)
+    alone = {"machine": report["machine"], "rounds": rounds, "free_threading": row}
+    (RESULTS / "free-threading.json").write_text(json.dumps(alone, indent=2))
+    (RESULTS / "free-threading.md").write_text("\n".join(_ft_rows(alone)).lstrip() + "\n")
 
 
 def _server_share(runs: list[dict[str, Any]]) -> float:
@@ -675,6 +736,39 @@ def _otel_rows(report: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _ft_rows(report: dict[str, Any]) -> list[str]:
+    row = report["free_threading"]
+    names = {"gil_on": "same binary, PYTHON_GIL=1", "regular": "regular CPython"}
+    lines = [
+        "",
+        "Free-threaded CPython, a CPU-bound plain `def` task, wall time, "
+        f"{report['machine']['date']}, {report['rounds']} rounds alternating "
+        f"({', '.join(f'{k}: {v}' for k, v in row['versions'].items())}):",
+        "",
+        _row("workload", "free-threaded s", "against", "its s",
+             "free-threaded / it (median of pairs)", "pair ratios, low–high", "goal",
+             "server CPU share"),
+        _row("---", "---:", "---", "---:", "---:", "---:", "---:", "---:"),
+    ]  # fmt: skip
+    for name, label in names.items():
+        if f"{name}_wall_s" not in row:
+            continue
+        ratios = row[f"vs_{name}_pair_ratios"]
+        lines.append(
+            _row(
+                f"{FT_LABEL} ({row['jobs']} jobs)",
+                f"{row['free_threaded_wall_s']:.2f}",
+                label,
+                f"{row[f'{name}_wall_s']:.2f}",
+                f"{row[f'vs_{name}_pair_median']:.2f}×",
+                f"{min(ratios):.2f}–{max(ratios):.2f}",
+                f"≤ {FT_GOAL:.1f}×",
+                f"{row['server_cpu_share']:.2f}",
+            )
+        )
+    return lines
+
+
 def _scaled_jobs(report: dict[str, Any]) -> str:
     """The job counts of the measured workloads that JOBS_SCALE changes, as a note."""
     scaled = [
@@ -717,6 +811,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += _footprint_rows(report["footprint"])
     if report.get("pypy"):
         lines += _pypy_rows(report)
+    if report.get("free_threading"):
+        lines += _ft_rows(report)
     return "\n".join(lines) + "\n"
 
 
@@ -851,6 +947,16 @@ def main() -> int:
         "--pypy-server", choices=["cpython", "pypy"], default="cpython",
         help="the interpreter of the server in the PyPy comparison",
     )  # fmt: skip
+    parser.add_argument(
+        "--ft-python", default=shutil.which("python3.13t"),
+        help="a free-threaded CPython for the free-threading row (default: python3.13t "
+        "on PATH; the row is left out without one)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--gil-python", default=shutil.which("python3.13"),
+        help="a regular CPython of the same version, for that row (default: python3.13)",
+    )  # fmt: skip
+    parser.add_argument("--no-ft", action="store_true", help="skip the free-threading row")
     add_server_option(parser)
     args = parser.parse_args()
     SERVER_KIND["kind"] = args.server
@@ -891,6 +997,8 @@ def main() -> int:
                     pypy_python, python, workload, args.rounds, server_python
                 )
         report["pypy_server"] = args.pypy_server
+    if args.ft_python and not args.no_ft:
+        free_threading(report, args.ft_python, args.gil_python, python, args.rounds)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(report, indent=2))
     (RESULTS / "latest.md").write_text(markdown(report))

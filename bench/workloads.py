@@ -301,6 +301,53 @@ async def _run_worker(worker_: Any, job_type: str, jobs: int, skip: int) -> dict
     return meter.result()
 
 
+# A CPU-bound plain def task: this many rounds of pure-Python arithmetic take about
+# 10 ms on CPython 3.13 (with the GIL) on the bench machine; every interpreter does the
+# same work.
+CPU_TASK_LOOPS = 80_000
+CPU_TASK_THREADS = 2
+
+
+def spin(loops: int) -> int:
+    total = 0
+    for i in range(loops):
+        total = (total + i * i) % 1_000_003
+    return total
+
+
+async def cpu_tasks(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
+    """A typed ``def`` task of ``spin(CPU_TASK_LOOPS)`` per job on a worker with
+    ``CPU_TASK_THREADS`` threads (``sync_threads``; ``max_in_flight`` twice that, so a
+    job is always ready for a thread): its wall time, measured from the worker's start
+    to the last job's end. On a free-threaded CPython the threads run at once."""
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    tasks = sepp.Tasks(queue=queue)
+    loop = asyncio.get_running_loop()
+    lock, handle = threading.Lock(), []
+
+    def crunch(n: int) -> None:
+        spin(CPU_TASK_LOOPS)
+        with lock:
+            meter.tick()
+            if meter.done == jobs:  # ShutdownHandle.shutdown is for the loop's thread
+                loop.call_soon_threadsafe(handle[0].shutdown)
+
+    task = tasks.task(crunch)
+    for start in range(0, jobs, 256):
+        await task.enqueue_many(client, range(start, min(jobs, start + 256)))
+    worker_ = tasks.worker(
+        client, lease_duration=60, max_in_flight=2 * CPU_TASK_THREADS,
+        sync_threads=CPU_TASK_THREADS,
+    )  # fmt: skip
+    handle.append(worker_.shutdown_handle())
+    meter = Meter(skip)
+    await asyncio.wait_for(worker_.run(), 600)
+    result = meter.result()
+    is_gil_enabled = getattr(sys, "_is_gil_enabled", None)
+    result["gil"] = is_gil_enabled() if is_gil_enabled else True
+    return result
+
+
 async def small_call(sepp: Any, client: Any, calls: int, skip: int) -> dict[str, float]:
     for _ in range(50):
         await client.get_server_info()
@@ -349,6 +396,7 @@ WORKLOADS = {
     "small_call": small_call,
     "worker_json": worker_json,
     "typed_worker": typed_worker,
+    "cpu_tasks": cpu_tasks,
 }
 SYNC_WORKLOADS = {"enqueue1": sync_enqueue1, "threads8": sync_threads8}
 
