@@ -6,15 +6,17 @@ task, a value that does not fit, and how a long map is cut into calls."""
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 import sepp_lite as sepp
 from sepp_lite import JobCtx
-from sepp_lite.tasks import Chain, Tasks
+from sepp_lite.tasks import Backoff, Chain, Tasks
 from sepp_lite.tasks._workflow import (
     ROOT_KEY,
     WORKFLOW_KEY,
@@ -26,6 +28,7 @@ from sepp_lite.tasks._workflow import (
     where_of,
 )
 from sepp_lite.testing import SeppTestServer, run_until_drained
+from tests.cli_helpers import sepp_lite
 from tests.client_helpers import unique_queue
 
 pytestmark = pytest.mark.timeout(60)
@@ -242,3 +245,67 @@ def test_the_entries_read_back_and_malformed_ones_are_refused() -> None:
     ):
         with pytest.raises(ValueError):
             where_of(custom)
+
+
+# -- a dead-lettered step, and the dedup window --------------------------------------
+
+
+async def test_a_requeued_dead_letter_continues_its_workflow_and_hands_off_once(
+    tmp_path: Path,
+) -> None:
+    archive = tmp_path / "dead.jsonl"
+    async with SeppTestServer(dead_letter_retention_ms=600_000) as server:
+        async with await sepp.SeppClient.connect(server.addr) as client:
+            queue = unique_queue()
+            seen: list[tuple[str, Any, JobCtx]] = []
+            tasks, chain = pipeline(queue, seen)
+            broken = Tasks(queue=queue, max_attempts=1)  # summarise fails: the bug
+
+            @broken.task(job_type="summarise")
+            async def summarise(msg: Page) -> Summary:
+                raise RuntimeError("a bug")
+
+            broken.task(job_type="fetch")(tasks["fetch"].fn)
+            await chain.enqueue(client, Url("u"))
+            await run_until_drained(broken.worker(client), server)
+            assert server.counts(queue).dead == 1
+            code, _, err = await sepp_lite(
+                "drain-dead-letters", "--addr", server.addr, "--out", str(archive)
+            )
+            assert code == 0, err
+            [line] = archive.read_text().splitlines()
+            record = json.loads(line)
+            root = record["custom"][ROOT_KEY]
+            argv = ["requeue-dead-letters", str(archive), "--addr", server.addr]
+            assert await sepp_lite(*argv) == (0, "1 accepted, 0 rejected, 0 malformed\n", "")
+            await run_until_drained(tasks.worker(client), server)  # the bug fixed
+            # Replayed again as a job of its own (no requeue key): its hand-off
+            # deduplicates into the store job the first replay made.
+            again = sepp.EnqueueRequest(
+                queue, "summarise", sepp.Payload(b'{"href":"u","text":"a b"}', "application/json")
+            )
+            again.custom = {k: v for k, v in record["custom"].items()}
+            await client.enqueue(again)
+            await run_until_drained(tasks.worker(client), server)
+    names = [(name, ctx.custom[ROOT_KEY]) for name, _, ctx in seen]
+    assert names == [("fetch", root), ("summarise", root), ("store", root), ("summarise", root)]
+    stored = server.state.dedup_record(queue, f"wf:{root}:2")
+    assert stored is not None and stored[0] == seen[2][2].id
+
+
+def test_a_step_whose_retries_may_outlast_the_dedup_window_is_warned_about(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    tasks = Tasks(queue="q")
+
+    @tasks.task(retry=Backoff(initial=3600, max=12 * 3600), max_attempts=6)
+    async def slow(msg: str) -> str:
+        return msg
+
+    @tasks.task(retry=Backoff(initial=1, max=60), max_attempts=5)
+    async def quick(msg: str) -> None: ...
+
+    with caplog.at_level(logging.WARNING, logger="sepp_lite"):
+        slow.then(quick)
+    [record] = [r for r in caplog.records if "dedup window" in r.getMessage()]
+    assert record.getMessage().startswith("workflow step slow: its retries may take 97200 s")

@@ -520,7 +520,6 @@ class Chain(Generic[I, O]):
         self.first = first
         self._tasks = tuple(steps)
         self._steps = tuple(_step_of(task, fan) for task, fan in steps)
-        _warn_if_outlasting(first, self._tasks)
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -548,7 +547,7 @@ class Chain(Generic[I, O]):
     def then(self, next: Union[Task[O, X], Chain[O, X]]) -> Chain[I, X]:
         """This chain, then ``next`` (a task or a chain) with the last step's value as
         its input. After a :meth:`map`, each branch goes on alone (there is no join)."""
-        return Chain(self.first, [*self._tasks, *_steps_of(next, fan=False)])
+        return self._joined(_steps_of(next, fan=False))
 
     @overload
     def map(self: Chain[I, list[E]], next: Union[Task[E, X], Chain[E, X]]) -> Chain[I, X]: ...
@@ -563,7 +562,12 @@ class Chain(Generic[I, O]):
         """This chain, then one job of ``next`` (a task or a chain) per element of the
         sequence the last step returns, all enqueued together (see the Workflows page
         for how a long sequence is split)."""
-        return Chain(self.first, [*self._tasks, *_steps_of(next, fan=True)])
+        return self._joined(_steps_of(next, fan=True))
+
+    def _joined(self, steps: list[tuple[Task[Any, Any], bool]]) -> Chain[I, Any]:
+        added = [task for task, _ in steps] if self._tasks else [self.first, *(t for t, _ in steps)]
+        _warn_if_outlasting(added)  # each task once, when it joins a chain
+        return Chain(self.first, [*self._tasks, *steps])
 
     # -- producing ---------------------------------------------------------------------
 
@@ -651,11 +655,9 @@ def retry_span(task: Task[Any, Any]) -> float:
     return total
 
 
-def _warn_if_outlasting(
-    first: Task[Any, Any], steps: Sequence[tuple[Task[Any, Any], bool]]
-) -> None:
+def _warn_if_outlasting(tasks: list[Task[Any, Any]]) -> None:
     window = DEFAULT_DEDUP_WINDOW.total_seconds()
-    for task in [first, *(task for task, _ in steps)]:
+    for task in tasks:
         span = retry_span(task)
         if span > window:
             logger.warning(
