@@ -5,6 +5,7 @@ task, a value that does not fit, and how a long map is cut into calls."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ import pytest
 
 import sepp_lite as sepp
 from sepp_lite import JobCtx
+from sepp_lite.cli import main
 from sepp_lite.tasks import Backoff, Chain, Tasks
 from sepp_lite.tasks._workflow import (
     ROOT_KEY,
@@ -309,3 +311,36 @@ def test_a_step_whose_retries_may_outlast_the_dedup_window_is_warned_about(
         slow.then(quick)
     [record] = [r for r in caplog.records if "dedup window" in r.getMessage()]
     assert record.getMessage().startswith("workflow step slow: its retries may take 97200 s")
+
+
+async def test_the_command_line_lists_a_modules_workflows(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    module = f"flows_{unique_queue().replace('-', '_')}"  # imported in this process
+    (tmp_path / f"{module}.py").write_text(
+        "from sepp_lite.tasks import Tasks\n"
+        "tasks = Tasks(queue='flows')\n"
+        "@tasks.task\n"
+        "async def split(text: str) -> list[str]: return text.split()\n"
+        "@tasks.task(queue='words')\n"
+        "async def keep(word: str) -> None: ...\n"
+        "fan = split.map(keep)\n"
+    )
+
+    async def sepp_lite(*argv: str) -> int:
+        return await asyncio.to_thread(main, [*argv, "--app-dir", str(tmp_path)])
+
+    assert await sepp_lite("workflows", module) == 0
+    assert capsys.readouterr().out == "fan:\n  1. split (flows)\n  2. map keep (words)\n"
+    assert await sepp_lite("workflows", f"{module}:fan", "--json") == 0
+    assert json.loads(capsys.readouterr().out) == [
+        {
+            "name": "fan",
+            "steps": [
+                {"type": "split", "queue": "flows"},
+                {"type": "keep", "queue": "words", "map": True},
+            ],
+        }
+    ]
+    assert await sepp_lite("workflows", f"{module}:tasks") == 2
+    assert "'Tasks', not a sepp_lite.tasks.Chain" in capsys.readouterr().err

@@ -53,7 +53,7 @@ __all__ = [
 logger = _log.logger()
 
 WORKFLOW_KEY = "sepp.workflow"
-ROOT_KEY = "sepp.workflow.root"
+ROOT_KEY = _log.WORKFLOW_ROOT_ENTRY  # "sepp.workflow.root"
 VERSION = 1
 KEY_PREFIX = "wf:"
 
