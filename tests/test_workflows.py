@@ -344,3 +344,8 @@ async def test_the_command_line_lists_a_modules_workflows(
     ]
     assert await sepp_lite("workflows", f"{module}:tasks") == 2
     assert "'Tasks', not a sepp_lite.tasks.Chain" in capsys.readouterr().err
+
+
+def test_a_task_type_with_only_its_input_still_means_any_output_at_run_time() -> None:
+    assert sepp.Task[bytes] == sepp.Task[bytes, Any]  # evaluated annotations of old code
+    assert sepp.Task[Url, Page] != sepp.Task[Url, Any]

@@ -137,6 +137,15 @@ class Task(Generic[I, O]):
     test), without the codec, the middleware or the time limit.
     """
 
+    if not TYPE_CHECKING:  # type checkers read O's default instead
+
+        def __class_getitem__(cls, params: Any) -> Any:
+            # ``Task[Welcome]``, from before tasks had an output, is ``Task[Welcome, Any]``
+            # at run time too (evaluated annotations, pydantic, get_type_hints).
+            if not isinstance(params, tuple):
+                params = (params, Any)
+            return super().__class_getitem__(params)
+
     def __init__(
         self,
         fn: Callable[..., Any],
@@ -630,7 +639,7 @@ class Chain(Generic[I, O]):
 def _steps_of(next: Any, fan: bool) -> list[tuple[Task[Any, Any], bool]]:
     if isinstance(next, Chain):
         return [(next.first, fan), *next._tasks]
-    if not hasattr(next, "job_type") or not hasattr(next, "codec"):
+    if not isinstance(next, Task):
         raise TypeError(f"a workflow's step must be a Task or a Chain, not {type(next).__name__}")
     return [(next, fan)]
 
