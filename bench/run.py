@@ -86,6 +86,11 @@ SYNC_GOAL = 1.3
 # raw Worker on the same payloads, both sepp_lite: CPU per job (issue 30).
 TYPED_GOAL = 1.15
 TYPED_LABEL = "Worker, no-op, max_in_flight=64: typed task (small dataclass) / raw handler"
+# A three-step workflow (task.then, two hand-offs by the worker) against three single
+# enqueues of the same tasks by the producer, both sepp_lite: CPU per workflow (issue 40).
+WORKFLOW_LABEL = "three steps, tasks worker max_in_flight=64: chain / three single enqueues"
+
+
 # OpenTelemetry installed but unused (no provider set: what a dependency that pulls the
 # API in leaves) against not installed, both sepp_lite, CPU per job (issue 38). One venv
 # with the API and the SDK; its runs alternate with and without the environment variable
@@ -311,6 +316,32 @@ def typed_comparison(python: Path, rounds: int, jobs: int) -> dict[str, Any]:
         "pair_ratios": ratios,
         "server_cpu_share": _server_share(typed + raw),
         "jobs": jobs,
+        "runs": runs,
+    }
+
+
+def workflow_comparison(python: Path, rounds: int, jobs: int) -> dict[str, Any]:
+    """Three-step workflows (``chain3``) against three single enqueues of the same
+    tasks (``singles3``), alternating; ``jobs`` workflows per run (a third of the
+    jobs: each is three)."""
+    workflows = max(1, jobs // 3)
+    runs: dict[str, list[dict[str, Any]]] = {"chain": [], "singles": []}
+    order = [("chain", "chain3"), ("singles", "singles3")]
+    with Server(python) as server:
+        for index in range(rounds):
+            for name, workload in order if index % 2 == 0 else order[::-1]:
+                runs[name].append(run_client(python, "sepp_lite", workload, workflows, server))
+    chain, singles = runs["chain"], runs["singles"]
+    ratios = [a["cpu_us_per_job"] / b["cpu_us_per_job"] for a, b in zip(chain, singles)]
+    hand_offs = [(a["cpu_us_per_job"] - b["cpu_us_per_job"]) / 2 for a, b in zip(chain, singles)]
+    return {
+        "chain_cpu_us": _median(chain, "cpu_us_per_job"),
+        "singles_cpu_us": _median(singles, "cpu_us_per_job"),
+        "pair_ratio_median": statistics.median(ratios),
+        "pair_ratios": ratios,
+        "hand_off_extra_us": statistics.median(hand_offs),
+        "server_cpu_share": _server_share(chain + singles),
+        "workflows": workflows,
         "runs": runs,
     }
 
@@ -708,6 +739,23 @@ def _typed_rows(row: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+def _workflow_rows(row: dict[str, Any]) -> list[str]:
+    spread = ", ".join(f"{ratio:.2f}" for ratio in sorted(row["pair_ratios"]))
+    return [
+        "",
+        "Workflows: a three-step chain (`task.then`, two hand-offs by the worker) against "
+        "three single enqueues of the same tasks by the producer, both sepp_lite, "
+        f"{row['workflows']} workflows per run, alternating; pair ratios {spread}:",
+        "",
+        _row("workload", "chain µs", "singles µs", "chain / singles (median of pairs)",
+             "extra per hand-off", "server CPU share"),
+        _row("---", "---:", "---:", "---:", "---:", "---:"),
+        _row(WORKFLOW_LABEL, f"{row['chain_cpu_us']:.1f}", f"{row['singles_cpu_us']:.1f}",
+             f"{row['pair_ratio_median']:.2f}×", f"{row['hand_off_extra_us']:.1f} µs",
+             f"{row['server_cpu_share']:.2f}"),
+    ]  # fmt: skip
+
+
 def _otel_rows(report: dict[str, Any]) -> list[str]:
     lines = [
         "",
@@ -805,6 +853,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += _sync_rows(report)
     if report.get("typed"):
         lines += _typed_rows(report["typed"])
+    if report.get("workflow"):
+        lines += _workflow_rows(report["workflow"])
     if report.get("otel"):
         lines += _otel_rows(report)
     if report.get("footprint"):
@@ -915,6 +965,14 @@ def sepp_lite_only(report: dict[str, Any], python: Path, args: argparse.Namespac
         print("== typed tasks", flush=True)
         row = report["typed"] = typed_comparison(python, args.rounds, args.jobs)
         print(f"   typed / raw {row['pair_ratio_median']:.2f}", flush=True)
+    if not args.no_workflow:
+        print("== workflows", flush=True)
+        row = report["workflow"] = workflow_comparison(python, args.rounds, args.jobs)
+        print(
+            f"   chain {row['chain_cpu_us']:.1f} us, singles {row['singles_cpu_us']:.1f} us, "
+            f"chain / singles {row['pair_ratio_median']:.2f}",
+            flush=True,
+        )
     if not args.no_otel:
         otel_cost(report, python, args.rounds, args.jobs)
 
@@ -939,6 +997,9 @@ def main() -> int:
     parser.add_argument("--no-compare", action="store_true", help="skip sepp-py comparisons")
     parser.add_argument("--no-sync", action="store_true", help="skip the blocking client's")
     parser.add_argument("--no-typed", action="store_true", help="skip typed tasks vs raw")
+    parser.add_argument(
+        "--no-workflow", action="store_true", help="skip the chain vs single enqueues"
+    )
     parser.add_argument(
         "--no-otel", action="store_true",
         help="skip OpenTelemetry installed-but-unused vs not installed",

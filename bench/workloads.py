@@ -287,6 +287,53 @@ async def typed_worker(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str
     return meter.result()
 
 
+async def _three_steps(
+    sepp: Any, client: Any, jobs: int, skip: int, chained: bool
+) -> dict[str, float]:
+    """``jobs`` three-step workflows, CPU per workflow: the producer's enqueues (one
+    after another), then a tasks worker (max_in_flight=64) running every job. Chained:
+    one ``chain.enqueue`` each, and the worker hands off twice; else three single
+    ``task.enqueue`` calls of the same tasks by the producer. Both make three enqueue
+    calls and run three jobs per workflow: the difference is what a hand-off costs
+    more (or less) than a single enqueue."""
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    tasks = sepp.Tasks(queue=queue)
+    finished = [0, 0]  # done, wanted
+    handle: list[Any] = []
+
+    async def one(n: int) -> int:
+        return n + 1
+
+    async def two(n: int) -> int:
+        return n + 1
+
+    async def three(n: int) -> None:
+        finished[0] += 1
+        if finished[0] == finished[1]:
+            handle[-1].shutdown()
+
+    first, second, last = (tasks.task(input_type=int)(fn) for fn in (one, two, three))
+    chain = first.then(second).then(last)
+
+    async def run(count: int) -> None:
+        finished[1] += count
+        for index in range(count):
+            if chained:
+                await chain.enqueue(client, index)
+            else:
+                await first.enqueue(client, index)
+                await second.enqueue(client, index + 1)
+                await last.enqueue(client, index + 2)
+        worker_ = tasks.worker(client, lease_duration=60, max_in_flight=64)
+        handle.append(worker_.shutdown_handle())
+        await asyncio.wait_for(worker_.run(), 600)
+
+    await run(max(skip, 50))  # warm-up
+    cpu, wall = time.process_time(), time.perf_counter()
+    await run(jobs)
+    return _result(cpu, wall, jobs)
+
+
 async def _run_worker(worker_: Any, job_type: str, jobs: int, skip: int) -> dict[str, float]:
     handle = worker_.shutdown_handle()
     meter = Meter(skip)
@@ -397,6 +444,8 @@ WORKLOADS = {
     "worker_json": worker_json,
     "typed_worker": typed_worker,
     "cpu_tasks": cpu_tasks,
+    "chain3": partial(_three_steps, chained=True),
+    "singles3": partial(_three_steps, chained=False),
 }
 SYNC_WORKLOADS = {"enqueue1": sync_enqueue1, "threads8": sync_threads8}
 
