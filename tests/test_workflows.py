@@ -154,6 +154,29 @@ async def test_map_hands_each_element_to_its_own_job_with_its_index_in_the_key(
         assert server.state.dedup_record(queue, f"wf:r1:2:{index}") is not None
 
 
+async def test_a_map_longer_than_the_servers_batch_goes_out_in_several_atomic_calls() -> None:
+    async with SeppTestServer(max_enqueue_batch=4) as server:
+        async with await sepp.SeppClient.connect(server.addr) as client:
+            queue = unique_queue()
+            tasks = Tasks(queue=queue)
+            seen: list[int] = []
+
+            @tasks.task
+            async def count(n: int) -> list[int]:
+                return list(range(n))
+
+            @tasks.task
+            async def keep(n: int) -> None:
+                seen.append(n)
+
+            calls_before = server.state.totals()
+            await count.map(keep).enqueue(client, 10, root="r")
+            await run_until_drained(tasks.worker(client), server)
+            assert sorted(seen) == list(range(10))
+            totals = server.state.totals()
+            assert totals["enqueued"] - calls_before["enqueued"] == 11
+
+
 async def test_a_worker_without_the_next_steps_task_still_enqueues_it(
     server: SeppTestServer, client: sepp.SeppClient
 ) -> None:
