@@ -177,7 +177,7 @@ typed: sepp.Task[Welcome, Page] = fetch
 
 async def produce(client: sepp.SeppClient) -> str:
     ack = await pipeline.enqueue(client, Welcome("a"))
-    await fetch.then(branch).enqueue(client, Welcome("b"), priority=3)
+    await fetch.then(branch).enqueue(client, Welcome("b"), priority=3, root="r", delay=5)
     return ack.job_id
 
 def produce_sync(client: SyncClient) -> str:
@@ -215,6 +215,7 @@ fetch.then(summarise.then(store)).then(store)  # E
 
 async def produce(client: sepp.SeppClient) -> None:
     await fetch.then(summarise).enqueue(client, Page("x"))  # E
+    await fetch.then(summarise).enqueue(client, Welcome("a"), queue="q")  # E
 """,
 }
 

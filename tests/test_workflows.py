@@ -18,6 +18,7 @@ import pytest
 import sepp_lite as sepp
 from sepp_lite import JobCtx
 from sepp_lite.cli import main
+from sepp_lite.sync import SeppClient as SyncSeppClient
 from sepp_lite.tasks import Backoff, Chain, Tasks
 from sepp_lite.tasks._workflow import (
     ROOT_KEY,
@@ -29,7 +30,7 @@ from sepp_lite.tasks._workflow import (
     split,
     where_of,
 )
-from sepp_lite.testing import SeppTestServer, run_until_drained
+from sepp_lite.testing import SeppServerThread, SeppTestServer, run_until_drained
 from tests.cli_helpers import sepp_lite
 from tests.client_helpers import unique_queue
 
@@ -152,6 +153,29 @@ async def test_map_hands_each_element_to_its_own_job_with_its_index_in_the_key(
     for index in range(3):
         assert server.state.dedup_record(queue, f"wf:r1:1:{index}") is not None
         assert server.state.dedup_record(queue, f"wf:r1:2:{index}") is not None
+
+
+async def test_a_map_longer_than_the_servers_batch_goes_out_in_several_atomic_calls() -> None:
+    async with SeppTestServer(max_enqueue_batch=4) as server:
+        async with await sepp.SeppClient.connect(server.addr) as client:
+            queue = unique_queue()
+            tasks = Tasks(queue=queue)
+            seen: list[int] = []
+
+            @tasks.task
+            async def count(n: int) -> list[int]:
+                return list(range(n))
+
+            @tasks.task
+            async def keep(n: int) -> None:
+                seen.append(n)
+
+            calls_before = server.state.totals()
+            await count.map(keep).enqueue(client, 10, root="r")
+            await run_until_drained(tasks.worker(client), server)
+            assert sorted(seen) == list(range(10))
+            totals = server.state.totals()
+            assert totals["enqueued"] - calls_before["enqueued"] == 11
 
 
 async def test_a_worker_without_the_next_steps_task_still_enqueues_it(
@@ -349,3 +373,21 @@ async def test_the_command_line_lists_a_modules_workflows(
 def test_a_task_type_with_only_its_input_still_means_any_output_at_run_time() -> None:
     assert sepp.Task[bytes] == sepp.Task[bytes, Any]  # evaluated annotations of old code
     assert sepp.Task[Url, Page] != sepp.Task[Url, Any]
+
+
+def test_the_sync_client_starts_workflows_one_and_many() -> None:
+    queue = unique_queue()
+    _, chain = pipeline(queue, [])
+    with SeppServerThread() as server, SyncSeppClient.connect(server.addr) as client:
+        ack = chain.enqueue(client, Url("a"), priority=7)
+        assert isinstance(ack, sepp.EnqueueAck)
+        results = chain.enqueue_many(client, [Url("b"), Url("c")])
+        assert [type(r) for r in results] == [sepp.EnqueueAck, sepp.EnqueueAck]
+        assert server.counts(queue).ready == 3
+        jobs = client.reserve(
+            sepp.ReserveOptions([queue], timedelta(seconds=30), timedelta(0), max_jobs=3)
+        )
+        assert jobs is not None
+        roots = {job.ctx.custom[ROOT_KEY] for job in jobs}
+        assert len(roots) == 3  # each workflow its own root
+        assert jobs[0].ctx.priority.value == 7 and jobs[0].ctx.id == ack.job_id

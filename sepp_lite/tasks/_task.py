@@ -608,11 +608,33 @@ class Chain(Generic[I, O]):
 
     @overload
     def enqueue(
-        self, client: SeppClient, input: I, **options: Any
+        self,
+        client: SeppClient,
+        input: I,
+        *,
+        root: Optional[str] = None,
+        delay: Optional[Duration] = None,
+        scheduled_at: Optional[datetime] = None,
+        priority: Union[Priority, int, None] = None,
+        idempotency_key: Optional[str] = None,
+        max_attempts: Optional[int] = None,
+        custom: Optional[Mapping[str, Primitive]] = None,
     ) -> Coroutine[Any, Any, EnqueueAck]: ...
 
     @overload
-    def enqueue(self, client: SyncSeppClient, input: I, **options: Any) -> EnqueueAck: ...
+    def enqueue(
+        self,
+        client: SyncSeppClient,
+        input: I,
+        *,
+        root: Optional[str] = None,
+        delay: Optional[Duration] = None,
+        scheduled_at: Optional[datetime] = None,
+        priority: Union[Priority, int, None] = None,
+        idempotency_key: Optional[str] = None,
+        max_attempts: Optional[int] = None,
+        custom: Optional[Mapping[str, Primitive]] = None,
+    ) -> EnqueueAck: ...
 
     def enqueue(self, client: Any, input: I, **options: Any) -> Any:
         """Enqueue the first step's job with ``input``: the awaitable of its

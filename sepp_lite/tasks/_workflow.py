@@ -50,8 +50,6 @@ __all__ = [
     "where_of",
 ]
 
-logger = _log.logger()
-
 WORKFLOW_KEY = "sepp.workflow"
 ROOT_KEY = _log.WORKFLOW_ROOT_ENTRY  # "sepp.workflow.root"
 VERSION = 1
@@ -235,8 +233,8 @@ class HandOff:
 
 def request_size(request: EnqueueRequest) -> int:
     """An estimate of a job's encoded size that errs high."""
-    size = len(request.queue) + len(request.job_type) + _JOB_OVERHEAD_BYTES
-    size += len(request.idempotency_key or "")
+    size = len(request.queue.encode()) + len(request.job_type.encode()) + _JOB_OVERHEAD_BYTES
+    size += len((request.idempotency_key or "").encode())
     if request.payload is not None:
         size += len(request.payload.data) + len(request.payload.encoding)
     for key, value in request.custom.items():
