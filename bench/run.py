@@ -12,7 +12,10 @@ to back, so that ratio cancels slow phases of a shared machine best). A second t
 compares sepp_lite's blocking client (``sepp_lite.sync``) with its async one the same
 way, a third a typed-task Worker (``sepp_lite.Tasks``) with the raw one, a fourth
 sepp_lite with OpenTelemetry installed but unused against not installed (in
-``.venv-bench-otel``). Results go to ``bench/results/latest.{md,json}``.
+``.venv-bench-otel``). With a free-threaded CPython (``--ft-python``, or
+``python3.13t`` on PATH) a last row times a CPU-bound plain ``def`` task on it, with its
+GIL off and on, and on a regular CPython (``--gil-python``). Results go to
+``bench/results/latest.{md,json}``.
 
     python bench/run.py [--rounds 5] [--jobs 3000] [--workloads batch,worker] [--no-pypy]
 
@@ -83,6 +86,11 @@ SYNC_GOAL = 1.3
 # raw Worker on the same payloads, both sepp_lite: CPU per job (issue 30).
 TYPED_GOAL = 1.15
 TYPED_LABEL = "Worker, no-op, max_in_flight=64: typed task (small dataclass) / raw handler"
+# A three-step workflow (task.then, two hand-offs by the worker) against three single
+# enqueues of the same tasks by the producer, both sepp_lite: CPU per workflow (issue 40).
+WORKFLOW_LABEL = "three steps, tasks worker max_in_flight=64: chain / three single enqueues"
+
+
 # OpenTelemetry installed but unused (no provider set: what a dependency that pulls the
 # API in leaves) against not installed, both sepp_lite, CPU per job (issue 38). One venv
 # with the API and the SDK; its runs alternate with and without the environment variable
@@ -96,6 +104,15 @@ OTEL_PACKAGES = ("opentelemetry-api", "opentelemetry-sdk")
 BLOCK_OTEL = {"SEPP_BENCH_BLOCK_OTEL": "1"}
 # A few µs in 70-100 µs per job: runs three times the usual length, as the typed row's.
 OTEL_JOBS_SCALE = 3
+
+
+# Free-threaded CPython (issue 41): a CPU-bound plain def task (workloads.py's
+# cpu_tasks, ~10 ms of pure Python) x 200 on a worker with 2 threads, wall time on the
+# free-threaded build against the same binary with its GIL on (PYTHON_GIL=1), and
+# against a regular CPython of the same version when one is found.
+FT_JOBS = 200
+FT_GOAL = 0.6
+FT_LABEL = "CPU-bound def task (~10 ms pure Python) x 200, worker with 2 threads, wall time"
 
 
 # Installed packages have their bytecode compiled (pip does it); a caller's
@@ -303,6 +320,32 @@ def typed_comparison(python: Path, rounds: int, jobs: int) -> dict[str, Any]:
     }
 
 
+def workflow_comparison(python: Path, rounds: int, jobs: int) -> dict[str, Any]:
+    """Three-step workflows (``chain3``) against three single enqueues of the same
+    tasks (``singles3``), alternating; ``jobs`` workflows per run (a third of the
+    jobs: each is three)."""
+    workflows = max(1, jobs // 3)
+    runs: dict[str, list[dict[str, Any]]] = {"chain": [], "singles": []}
+    order = [("chain", "chain3"), ("singles", "singles3")]
+    with Server(python) as server:
+        for index in range(rounds):
+            for name, workload in order if index % 2 == 0 else order[::-1]:
+                runs[name].append(run_client(python, "sepp_lite", workload, workflows, server))
+    chain, singles = runs["chain"], runs["singles"]
+    ratios = [a["cpu_us_per_job"] / b["cpu_us_per_job"] for a, b in zip(chain, singles)]
+    hand_offs = [(a["cpu_us_per_job"] - b["cpu_us_per_job"]) / 2 for a, b in zip(chain, singles)]
+    return {
+        "chain_cpu_us": _median(chain, "cpu_us_per_job"),
+        "singles_cpu_us": _median(singles, "cpu_us_per_job"),
+        "pair_ratio_median": statistics.median(ratios),
+        "pair_ratios": ratios,
+        "hand_off_extra_us": statistics.median(hand_offs),
+        "server_cpu_share": _server_share(chain + singles),
+        "workflows": workflows,
+        "runs": runs,
+    }
+
+
 def otel_comparison(
     python: Path, server_python: Path, workload: str, rounds: int, jobs: int
 ) -> dict[str, Any]:
@@ -332,6 +375,55 @@ def otel_comparison(
     }
     row["ratio_of_medians"] = row["installed_cpu_us"] / row["absent_cpu_us"]
     return row
+
+
+def ft_comparison(ft: Path, gil: Path | None, server_python: Path, rounds: int) -> dict[str, Any]:
+    """The free-threaded interpreter ``ft`` with its GIL off, the same with it on, and
+    the regular ``gil`` (if any), alternating: wall time of ``cpu_tasks``."""
+    contenders: dict[str, Contender] = {
+        "free_threaded": (ft, "sepp_lite", {"PYTHON_GIL": "0"}),
+        "gil_on": (ft, "sepp_lite", {"PYTHON_GIL": "1"}),
+    }
+    if gil is not None:
+        contenders["regular"] = (gil, "sepp_lite", {})
+    with Server(server_python) as server:
+        runs = alternate(server, contenders, "cpu_tasks", rounds, FT_JOBS)
+    # Each side is what it says (PYTHON_GIL=0 on a build with a GIL would run it).
+    assert not any(run["gil"] for run in runs["free_threaded"]), "the GIL was on"
+    assert all(run["gil"] for run in runs["gil_on"] + runs.get("regular", [])), "no GIL"
+    row: dict[str, Any] = {"jobs": FT_JOBS, "runs": runs}
+    for name, side in runs.items():
+        row[f"{name}_wall_s"] = _median(side, "wall_s")
+    for name in runs.keys() - {"free_threaded"}:
+        ratios = [a["wall_s"] / b["wall_s"] for a, b in zip(runs["free_threaded"], runs[name])]
+        row[f"vs_{name}_pair_median"] = statistics.median(ratios)
+        row[f"vs_{name}_pair_ratios"] = ratios
+    row["server_cpu_share"] = _server_share([run for side in runs.values() for run in side])
+    return row
+
+
+def free_threading(
+    report: dict[str, Any], ft_python: str, gil_python: str | None, server: Path, rounds: int
+) -> None:
+    """The free-threading rows into ``report["free_threading"]``, with the interpreters'
+    versions; also kept in bench/results/free-threading.{json,md} on their own."""
+    print("== free-threaded CPython: cpu_tasks", flush=True)
+    ft = venv(ROOT / ".venv-bench-ft", ft_python, str(ROOT))
+    gil = venv(ROOT / ".venv-bench-gil", gil_python, str(ROOT)) if gil_python else None
+    row = ft_comparison(ft, gil, server, rounds)
+    row["versions"] = {"free_threaded": versions(ft)["python"] + " (free-threaded build)"}
+    if gil is not None:
+        row["versions"]["regular"] = versions(gil)["python"]
+    report["free_threading"] = row
+    print(
+        f"   free-threaded {row['free_threaded_wall_s']:.2f} s, GIL on "
+        f"{row['gil_on_wall_s']:.2f} s, ratio {row['vs_gil_on_pair_median']:.2f}",
+        flush=True,
+    )
+    RESULTS.mkdir(exist_ok=True)
+    alone = {"machine": report["machine"], "rounds": rounds, "free_threading": row}
+    (RESULTS / "free-threading.json").write_text(json.dumps(alone, indent=2))
+    (RESULTS / "free-threading.md").write_text("\n".join(_ft_rows(alone)).lstrip() + "\n")
 
 
 def _server_share(runs: list[dict[str, Any]]) -> float:
@@ -647,6 +739,23 @@ def _typed_rows(row: dict[str, Any]) -> list[str]:
     ]  # fmt: skip
 
 
+def _workflow_rows(row: dict[str, Any]) -> list[str]:
+    spread = ", ".join(f"{ratio:.2f}" for ratio in sorted(row["pair_ratios"]))
+    return [
+        "",
+        "Workflows: a three-step chain (`task.then`, two hand-offs by the worker) against "
+        "three single enqueues of the same tasks by the producer, both sepp_lite, "
+        f"{row['workflows']} workflows per run, alternating; pair ratios {spread}:",
+        "",
+        _row("workload", "chain µs", "singles µs", "chain / singles (median of pairs)",
+             "extra per hand-off", "server CPU share"),
+        _row("---", "---:", "---:", "---:", "---:", "---:"),
+        _row(WORKFLOW_LABEL, f"{row['chain_cpu_us']:.1f}", f"{row['singles_cpu_us']:.1f}",
+             f"{row['pair_ratio_median']:.2f}×", f"{row['hand_off_extra_us']:.1f} µs",
+             f"{row['server_cpu_share']:.2f}"),
+    ]  # fmt: skip
+
+
 def _otel_rows(report: dict[str, Any]) -> list[str]:
     lines = [
         "",
@@ -669,6 +778,39 @@ def _otel_rows(report: dict[str, Any]) -> list[str]:
                 f"{row['ratio_of_medians']:.3f}×",
                 f"{min(row['pair_ratios']):.2f}–{max(row['pair_ratios']):.2f}",
                 f"≤ {OTEL_GOAL:.2f}×",
+                f"{row['server_cpu_share']:.2f}",
+            )
+        )
+    return lines
+
+
+def _ft_rows(report: dict[str, Any]) -> list[str]:
+    row = report["free_threading"]
+    names = {"gil_on": "same binary, PYTHON_GIL=1", "regular": "regular CPython"}
+    lines = [
+        "",
+        "Free-threaded CPython, a CPU-bound plain `def` task, wall time, "
+        f"{report['machine']['date']}, {report['rounds']} rounds alternating "
+        f"({', '.join(f'{k}: {v}' for k, v in row['versions'].items())}):",
+        "",
+        _row("workload", "free-threaded s", "against", "its s",
+             "free-threaded / it (median of pairs)", "pair ratios, low–high", "goal",
+             "server CPU share"),
+        _row("---", "---:", "---", "---:", "---:", "---:", "---:", "---:"),
+    ]  # fmt: skip
+    for name, label in names.items():
+        if f"{name}_wall_s" not in row:
+            continue
+        ratios = row[f"vs_{name}_pair_ratios"]
+        lines.append(
+            _row(
+                f"{FT_LABEL} ({row['jobs']} jobs)",
+                f"{row['free_threaded_wall_s']:.2f}",
+                label,
+                f"{row[f'{name}_wall_s']:.2f}",
+                f"{row[f'vs_{name}_pair_median']:.2f}×",
+                f"{min(ratios):.2f}–{max(ratios):.2f}",
+                f"≤ {FT_GOAL:.1f}×",
                 f"{row['server_cpu_share']:.2f}",
             )
         )
@@ -711,12 +853,16 @@ def markdown(report: dict[str, Any]) -> str:
         lines += _sync_rows(report)
     if report.get("typed"):
         lines += _typed_rows(report["typed"])
+    if report.get("workflow"):
+        lines += _workflow_rows(report["workflow"])
     if report.get("otel"):
         lines += _otel_rows(report)
     if report.get("footprint"):
         lines += _footprint_rows(report["footprint"])
     if report.get("pypy"):
         lines += _pypy_rows(report)
+    if report.get("free_threading"):
+        lines += _ft_rows(report)
     return "\n".join(lines) + "\n"
 
 
@@ -819,6 +965,14 @@ def sepp_lite_only(report: dict[str, Any], python: Path, args: argparse.Namespac
         print("== typed tasks", flush=True)
         row = report["typed"] = typed_comparison(python, args.rounds, args.jobs)
         print(f"   typed / raw {row['pair_ratio_median']:.2f}", flush=True)
+    if not args.no_workflow:
+        print("== workflows", flush=True)
+        row = report["workflow"] = workflow_comparison(python, args.rounds, args.jobs)
+        print(
+            f"   chain {row['chain_cpu_us']:.1f} us, singles {row['singles_cpu_us']:.1f} us, "
+            f"chain / singles {row['pair_ratio_median']:.2f}",
+            flush=True,
+        )
     if not args.no_otel:
         otel_cost(report, python, args.rounds, args.jobs)
 
@@ -844,6 +998,9 @@ def main() -> int:
     parser.add_argument("--no-sync", action="store_true", help="skip the blocking client's")
     parser.add_argument("--no-typed", action="store_true", help="skip typed tasks vs raw")
     parser.add_argument(
+        "--no-workflow", action="store_true", help="skip the chain vs single enqueues"
+    )
+    parser.add_argument(
         "--no-otel", action="store_true",
         help="skip OpenTelemetry installed-but-unused vs not installed",
     )  # fmt: skip
@@ -851,6 +1008,16 @@ def main() -> int:
         "--pypy-server", choices=["cpython", "pypy"], default="cpython",
         help="the interpreter of the server in the PyPy comparison",
     )  # fmt: skip
+    parser.add_argument(
+        "--ft-python", default=shutil.which("python3.13t"),
+        help="a free-threaded CPython for the free-threading row (default: python3.13t "
+        "on PATH; the row is left out without one)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--gil-python", default=shutil.which("python3.13"),
+        help="a regular CPython of the same version, for that row (default: python3.13)",
+    )  # fmt: skip
+    parser.add_argument("--no-ft", action="store_true", help="skip the free-threading row")
     add_server_option(parser)
     args = parser.parse_args()
     SERVER_KIND["kind"] = args.server
@@ -891,6 +1058,8 @@ def main() -> int:
                     pypy_python, python, workload, args.rounds, server_python
                 )
         report["pypy_server"] = args.pypy_server
+    if args.ft_python and not args.no_ft:
+        free_threading(report, args.ft_python, args.gil_python, python, args.rounds)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "latest.json").write_text(json.dumps(report, indent=2))
     (RESULTS / "latest.md").write_text(markdown(report))

@@ -287,6 +287,53 @@ async def typed_worker(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str
     return meter.result()
 
 
+async def _three_steps(
+    sepp: Any, client: Any, jobs: int, skip: int, chained: bool
+) -> dict[str, float]:
+    """``jobs`` three-step workflows, CPU per workflow: the producer's enqueues (one
+    after another), then a tasks worker (max_in_flight=64) running every job. Chained:
+    one ``chain.enqueue`` each, and the worker hands off twice; else three single
+    ``task.enqueue`` calls of the same tasks by the producer. Both make three enqueue
+    calls and run three jobs per workflow: the difference is what a hand-off costs
+    more (or less) than a single enqueue."""
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    tasks = sepp.Tasks(queue=queue)
+    finished = [0, 0]  # done, wanted
+    handle: list[Any] = []
+
+    async def one(n: int) -> int:
+        return n + 1
+
+    async def two(n: int) -> int:
+        return n + 1
+
+    async def three(n: int) -> None:
+        finished[0] += 1
+        if finished[0] == finished[1]:
+            handle[-1].shutdown()
+
+    first, second, last = (tasks.task(input_type=int)(fn) for fn in (one, two, three))
+    chain = first.then(second).then(last)
+
+    async def run(count: int) -> None:
+        finished[1] += count
+        for index in range(count):
+            if chained:
+                await chain.enqueue(client, index)
+            else:
+                await first.enqueue(client, index)
+                await second.enqueue(client, index + 1)
+                await last.enqueue(client, index + 2)
+        worker_ = tasks.worker(client, lease_duration=60, max_in_flight=64)
+        handle.append(worker_.shutdown_handle())
+        await asyncio.wait_for(worker_.run(), 600)
+
+    await run(max(skip, 50))  # warm-up
+    cpu, wall = time.process_time(), time.perf_counter()
+    await run(jobs)
+    return _result(cpu, wall, jobs)
+
+
 async def _run_worker(worker_: Any, job_type: str, jobs: int, skip: int) -> dict[str, float]:
     handle = worker_.shutdown_handle()
     meter = Meter(skip)
@@ -299,6 +346,53 @@ async def _run_worker(worker_: Any, job_type: str, jobs: int, skip: int) -> dict
     worker_.handle(job_type, noop)
     await asyncio.wait_for(worker_.run(), 600)
     return meter.result()
+
+
+# A CPU-bound plain def task: this many rounds of pure-Python arithmetic take about
+# 10 ms on CPython 3.13 (with the GIL) on the bench machine; every interpreter does the
+# same work.
+CPU_TASK_LOOPS = 80_000
+CPU_TASK_THREADS = 2
+
+
+def spin(loops: int) -> int:
+    total = 0
+    for i in range(loops):
+        total = (total + i * i) % 1_000_003
+    return total
+
+
+async def cpu_tasks(sepp: Any, client: Any, jobs: int, skip: int) -> dict[str, float]:
+    """A typed ``def`` task of ``spin(CPU_TASK_LOOPS)`` per job on a worker with
+    ``CPU_TASK_THREADS`` threads (``sync_threads``; ``max_in_flight`` twice that, so a
+    job is always ready for a thread): its wall time, measured from the worker's start
+    to the last job's end. On a free-threaded CPython the threads run at once."""
+    queue = f"bench-{uuid.uuid4().hex[:8]}"
+    tasks = sepp.Tasks(queue=queue)
+    loop = asyncio.get_running_loop()
+    lock, handle = threading.Lock(), []
+
+    def crunch(n: int) -> None:
+        spin(CPU_TASK_LOOPS)
+        with lock:
+            meter.tick()
+            if meter.done == jobs:  # ShutdownHandle.shutdown is for the loop's thread
+                loop.call_soon_threadsafe(handle[0].shutdown)
+
+    task = tasks.task(crunch)
+    for start in range(0, jobs, 256):
+        await task.enqueue_many(client, range(start, min(jobs, start + 256)))
+    worker_ = tasks.worker(
+        client, lease_duration=60, max_in_flight=2 * CPU_TASK_THREADS,
+        sync_threads=CPU_TASK_THREADS,
+    )  # fmt: skip
+    handle.append(worker_.shutdown_handle())
+    meter = Meter(skip)
+    await asyncio.wait_for(worker_.run(), 600)
+    result = meter.result()
+    is_gil_enabled = getattr(sys, "_is_gil_enabled", None)
+    result["gil"] = is_gil_enabled() if is_gil_enabled else True
+    return result
 
 
 async def small_call(sepp: Any, client: Any, calls: int, skip: int) -> dict[str, float]:
@@ -349,6 +443,9 @@ WORKLOADS = {
     "small_call": small_call,
     "worker_json": worker_json,
     "typed_worker": typed_worker,
+    "cpu_tasks": cpu_tasks,
+    "chain3": partial(_three_steps, chained=True),
+    "singles3": partial(_three_steps, chained=False),
 }
 SYNC_WORKLOADS = {"enqueue1": sync_enqueue1, "threads8": sync_threads8}
 

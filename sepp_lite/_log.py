@@ -22,6 +22,7 @@ __all__ = [
     "JsonLogFormatter",
     "SpanEventLogger",
     "TextLogFormatter",
+    "WORKFLOW_ROOT_ENTRY",
     "logger",
 ]
 
@@ -45,6 +46,10 @@ class JobFields(Protocol):
     @property
     def trace_context(self) -> Optional[_otel.TraceHeaders]: ...
 
+
+WORKFLOW_ROOT_ENTRY = "sepp.workflow.root"
+"""The custom entry that names the workflow a job is a step of (``sepp_lite.tasks``
+writes it; the JSON log lines show it as ``workflow_root``)."""
 
 CURRENT_JOB: contextvars.ContextVar[Optional[JobFields]] = contextvars.ContextVar(
     "sepp_lite_job", default=None
@@ -153,7 +158,8 @@ class JsonLogFormatter(logging.Formatter):
     ``exception`` (the traceback, when the record has one) and ``stack`` (with
     ``stack_info``). A record emitted while a job runs (sepp_lite's and the
     handler's own, also from a plain ``def`` handler in the worker's threads) adds
-    ``job_id``, ``job_type``, ``queue`` and ``attempt``; ``trace_id`` is the current
+    ``job_id``, ``job_type``, ``queue`` and ``attempt``, and ``workflow_root`` for a
+    step of a workflow (its root id); ``trace_id`` is the current
     OpenTelemetry span's when there is one, else that of the trace context the job
     carries.
 
@@ -177,6 +183,9 @@ class JsonLogFormatter(logging.Formatter):
             fields["job_type"] = job.job_type
             fields["queue"] = job.queue
             fields["attempt"] = job.attempt
+            root = getattr(job, "custom", {}).get(WORKFLOW_ROOT_ENTRY)
+            if root is not None:
+                fields["workflow_root"] = root
         trace_id = _trace_id(job)
         if trace_id is not None:
             fields["trace_id"] = trace_id

@@ -20,6 +20,7 @@ what to install; ``/livez`` and ``/readyz`` need nothing.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any, NamedTuple, Optional
 
 from sepp_lite._observe import WorkerObserver
@@ -64,39 +65,61 @@ class _Instruments(NamedTuple):
     unhandled: Any
 
 
-@functools.cache
+# Made at the first observer's start, under a lock: two workers in two threads (free
+# threading runs them truly at once) would otherwise both create the instruments, and
+# the second registration fails ("Duplicated timeseries"). functools.cache does not
+# prevent that: it calls the function again for a caller that comes while it runs.
+_made: Optional[_Instruments] = None
+_making = threading.Lock()
+
+
 def _instruments() -> _Instruments:
     """The worker metrics, created (and registered) once per process, on first use."""
+    global _made
+    made = _made
+    if made is None:
+        with _making:
+            made = _made
+            if made is None:
+                made = _made = _create(prometheus_client.REGISTRY)
+    return made
+
+
+def _create(registry: Any) -> _Instruments:
+    """The worker metrics, registered in ``registry``."""
     p = prometheus_client
+    counter = functools.partial(p.Counter, registry=registry)
+    gauge = functools.partial(p.Gauge, registry=registry)
+    histogram = functools.partial(p.Histogram, registry=registry)
     return _Instruments(
-        p.Counter("sepp_jobs_started", "Jobs reserved and handed to a handler.", JOB),
-        p.Counter("sepp_jobs_processed", "Jobs handled and acked.", JOB),
-        p.Counter(
+        counter("sepp_jobs_started", "Jobs reserved and handed to a handler.", JOB),
+        counter("sepp_jobs_processed", "Jobs handled and acked.", JOB),
+        counter(
             "sepp_jobs_nacked",
             "Jobs nacked after a handler failure, by outcome (retry or dead_letter).",
             (*JOB, "outcome"),
         ),
-        p.Gauge(
+        gauge(
             "sepp_jobs_in_flight", "Jobs whose handlers are running.", multiprocess_mode="livesum"
         ),
-        p.Histogram(
+        histogram(
             "sepp_handler_duration_seconds",
             "How long handlers ran (returned, raised or were cancelled).",
             JOB,
             buckets=DURATION_BUCKETS,
         ),
-        p.Counter(
+        counter(
             "sepp_reserves_completed", "Reserve calls answered, by jobs=some|empty.", ("jobs",)
         ),
-        p.Counter("sepp_reserves_failed", "Reserve calls that failed, by error class.", ("error",)),
-        p.Counter(
+        counter("sepp_reserves_failed", "Reserve calls that failed, by error class.", ("error",)),
+        counter(
             "sepp_lease_extensions",
             "Lease extensions by the worker (auto-extend, shutdown), by outcome "
             "(extended, failed, lost).",
             ("outcome",),
         ),
-        p.Counter("sepp_client_reconnects", "Connections the client opened after its first."),
-        p.Counter(
+        counter("sepp_client_reconnects", "Connections the client opened after its first."),
+        counter(
             "sepp_jobs_unhandled",
             "Jobs of a type the worker has no handler for, handed back to wait for one.",
             JOB,

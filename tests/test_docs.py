@@ -177,6 +177,90 @@ def test_what_moved_from_the_readme_is_on_the_site() -> None:
     ET.parse(DOCS / "img" / "lifecycle.svg")
 
 
+# The guides for users of other job queues (issue 42): the concepts each maps, as they
+# spell them, and what every guide says behaves differently.
+GUIDES = {
+    "from-celery.md": (
+        "delay",
+        "apply_async",
+        "countdown",
+        "eta",
+        "beat",
+        "chain",
+        "group",
+        "chord",
+        "acks_late",
+        "time_limit",
+        "autoretry_for",
+        "retry_backoff",
+        "rate_limit",
+        "result backend",
+    ),
+    "from-dramatiq.md": (
+        "@dramatiq.actor",
+        "send",
+        "send_with_options",
+        "Middleware",
+        "max_retries",
+        "min_backoff",
+        "time_limit",
+        "Results",
+        "pipeline",
+        "group",
+    ),
+    "from-arq.md": (
+        "enqueue_job",
+        "_defer_by",
+        "_job_id",
+        "cron_jobs",
+        "WorkerSettings",
+        "ctx",
+        "job.result()",
+    ),
+    "from-taskiq.md": (
+        "broker",
+        "kiq",
+        "TaskiqMiddleware",
+        "TaskiqScheduler",
+        "labels",
+        "result backend",
+        "TaskiqDepends",
+    ),
+}
+GUIDE_SAYS = (  # somewhere on the page
+    "max_attempts",
+    "Backoff",
+    "idempotency_key",
+    "dedup window",
+    "@tasks.periodic",
+    "dead letter",
+    "timeout=",
+    "priorit",
+    "rate limit",
+    "workflows.md",  # where chains and pipelines go once workflows land
+)
+GUIDE_DIFFERENCES = ("may run twice", "idempotent", "no result")  # in that section
+
+
+def test_the_guides_for_other_queues_map_their_concepts_and_run() -> None:
+    index = (DOCS / "index.md").read_text(encoding="utf-8")
+    start = (DOCS / "getting-started.md").read_text(encoding="utf-8")
+    for page, concepts in GUIDES.items():
+        assert page in PAGES, page
+        text = (DOCS / page).read_text(encoding="utf-8")
+        assert [c for c in concepts if c not in text] == [], page
+        lowered = text.lower()
+        assert [s for s in GUIDE_SAYS if s.lower() not in lowered] == [], page
+        differences = lowered[lowered.index("\n## what behaves differently\n") :]
+        assert [s for s in GUIDE_DIFFERENCES if s not in differences] == [], page
+        # Examples that tests/test_docs.py runs: scripts, and a test of the user's own.
+        runs = [block for block in BLOCKS[page] if block.runs]
+        assert len([block for block in runs if block.lang == "python"]) >= 2, page
+        assert any((block.file or "").startswith("test_") for block in runs), page
+        # Where a newcomer looks: the home page and getting started link each guide.
+        assert f"]({page})" in index and f"]({page})" in start, page
+
+
 def test_search_works_from_disk_without_a_network() -> None:
     """Material's offline plugin puts the search index in a script (a page opened as a
     file cannot fetch JSON) and runs the search worker through iframe-worker's shim,

@@ -5,6 +5,7 @@ readiness); and the endpoints' HTTP server itself (limits, methods, timeouts).""
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
 import time
 from collections.abc import AsyncIterator
@@ -16,7 +17,7 @@ import sepp_lite as sepp
 from sepp_lite import _httpd
 from sepp_lite.monitor import WorkerMonitor, serve_endpoints
 from sepp_lite.testing import SeppTestServer
-from tests.client_helpers import unique_queue, until
+from tests.client_helpers import unique_queue, until, until_sync
 from tests.fault_helpers import RestartableServer, running
 from tests.http_helpers import get, get_blocking, samples, wait_for_status
 
@@ -223,6 +224,51 @@ async def test_metrics_in_openmetrics_when_asked(client: sepp.SeppClient) -> Non
         )
     assert answer.headers["content-type"].startswith("application/openmetrics-text")
     assert answer.body.endswith("# EOF\n")
+
+
+def test_two_workers_metrics_made_at_once_are_registered_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two workers' monitors made in two threads (truly at once on a free-threaded build):
+    # the second comes while the first creates the instruments. Created twice, the
+    # second registration would fail with "Duplicated timeseries".
+    prometheus_client = pytest.importorskip("prometheus_client")
+    from sepp_lite import _metrics
+
+    monkeypatch.setattr(prometheus_client, "REGISTRY", prometheus_client.CollectorRegistry())
+    monkeypatch.setattr(_metrics, "_made", None)
+    made: list[_metrics.PrometheusObserver] = []
+    errors: list[BaseException] = []
+
+    def make() -> None:
+        try:
+            made.append(_metrics.PrometheusObserver())
+        except BaseException as error:
+            errors.append(error)
+
+    second = threading.Thread(target=make)
+    counter = prometheus_client.Counter
+
+    def in_instruments() -> bool:
+        frame = sys._current_frames().get(second.ident or 0)
+        while frame is not None and frame.f_code.co_name != "_instruments":
+            frame = frame.f_back
+        return frame is not None
+
+    def first_counter_waits_for_the_second_monitor(*args: object, **kwargs: object) -> object:
+        if threading.current_thread() is not second and second.ident is None:
+            second.start()
+            # It reached the creation: it waits there, or creates too (or has already).
+            until_sync(lambda: in_instruments() or not second.is_alive())
+        return counter(*args, **kwargs)
+
+    monkeypatch.setattr(prometheus_client, "Counter", first_counter_waits_for_the_second_monitor)
+    make()
+    second.join(10)
+    assert not second.is_alive()
+    assert errors == []
+    first, other = made
+    assert first._m is other._m
 
 
 async def test_bad_addresses_and_a_busy_port(client: sepp.SeppClient) -> None:

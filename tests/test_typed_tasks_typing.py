@@ -149,6 +149,74 @@ async def produce(client: sepp.SeppClient) -> None:
     await send.enqueue(client, Welcome("c"))
     sweep_type: sepp.Task[bytes] = sweep
 """,
+    "ok_workflow": """
+from sepp_lite.tasks import Chain
+
+@dataclass
+class Page:
+    text: str
+
+@tasks.task
+async def fetch(msg: Welcome, ctx: sepp.JobCtx) -> Page:
+    raise NotImplementedError
+
+@tasks.task
+async def words(msg: Page) -> list[str]:
+    raise NotImplementedError
+
+@tasks.task
+def shout(word: str) -> str:
+    raise NotImplementedError
+
+@tasks.task
+async def keep(word: str) -> None: ...
+
+pipeline: Chain[Welcome, None] = fetch.then(words).map(shout).then(keep)
+branch: Chain[Page, None] = words.map(shout.then(keep))
+typed: sepp.Task[Welcome, Page] = fetch
+
+async def produce(client: sepp.SeppClient) -> str:
+    ack = await pipeline.enqueue(client, Welcome("a"))
+    await fetch.then(branch).enqueue(client, Welcome("b"), priority=3, root="r", delay=5)
+    return ack.job_id
+
+def produce_sync(client: SyncClient) -> str:
+    return pipeline.enqueue(client, Welcome("a")).job_id
+""",
+    "bad_workflow": """
+@dataclass
+class Page:
+    text: str
+
+@dataclass
+class Summary:
+    words: int
+
+@tasks.task
+async def fetch(msg: Welcome) -> Page:
+    raise NotImplementedError
+
+@tasks.task
+async def split(msg: Page) -> list[Welcome]:
+    raise NotImplementedError
+
+@tasks.task
+async def summarise(msg: Page) -> Summary:
+    raise NotImplementedError
+
+@tasks.task
+async def store(msg: Summary) -> None: ...
+
+fetch.then(store)  # E
+split.map(summarise)  # E
+fetch.map(summarise)  # E
+fetch.then(summarise).then(fetch)  # E
+fetch.then(summarise.then(store)).then(store)  # E
+
+async def produce(client: sepp.SeppClient) -> None:
+    await fetch.then(summarise).enqueue(client, Page("x"))  # E
+    await fetch.then(summarise).enqueue(client, Welcome("a"), queue="q")  # E
+""",
 }
 
 

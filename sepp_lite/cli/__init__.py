@@ -36,7 +36,17 @@ from typing import NoReturn, Optional
 
 from sepp_lite._log import JsonLogFormatter, TextLogFormatter
 from sepp_lite._version import __version__
-from sepp_lite.cli import demo, drain, enqueue, info, periodic, requeue, serve, worker
+from sepp_lite.cli import (
+    demo,
+    drain,
+    enqueue,
+    info,
+    periodic,
+    requeue,
+    serve,
+    worker,
+    workflows,
+)
 from sepp_lite.cli.common import (
     CONNECTION_OPTIONS,
     EXIT_OK,
@@ -122,6 +132,7 @@ def build_parser() -> _Parser:
     enqueue.add_parser(commands, client_parents)
     worker.add_parser(commands, client_parents)
     periodic.add_parser(commands, [_debug_parent()])
+    workflows.add_parser(commands, [_debug_parent()])
     drain.add_parser(commands, client_parents)
     requeue.add_parser(commands, client_parents)
     demo.add_parser(commands, [connection_parent(embedded_default=True), _debug_parent()])

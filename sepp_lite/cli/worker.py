@@ -168,11 +168,12 @@ def _add_worker_deployment(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--status-fd", type=int, help=argparse.SUPPRESS)
 
 
-def load_target(spec: str, app_dir: Optional[str] = None) -> object:
-    """Import ``MODULE:OBJECT`` (``OBJECT`` may be dotted) from ``app_dir`` or the
-    current directory; :class:`CliError` when it cannot be found."""
+def load_target(spec: str, app_dir: Optional[str] = None, *, module_ok: bool = False) -> object:
+    """Import ``MODULE:OBJECT`` (``OBJECT`` may be dotted; with ``module_ok``, a bare
+    ``MODULE`` gives the module) from ``app_dir`` or the current directory;
+    :class:`CliError` when it cannot be found."""
     module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
+    if not module_name or not (attribute or module_ok and ":" not in spec):
         raise CliError(f"expected MODULE:OBJECT, got {spec!r}")
     directory = os.path.abspath(app_dir or os.getcwd())
     if directory not in sys.path:
@@ -182,7 +183,7 @@ def load_target(spec: str, app_dir: Optional[str] = None) -> object:
     except Exception as exc:  # the user's module: any error it raises is reported
         raise CliError(f"cannot import {module_name!r}: {describe(exc)}") from exc
     target: object = module
-    for part in attribute.split("."):
+    for part in attribute.split(".") if attribute else ():
         try:
             target = getattr(target, part)
         except AttributeError:

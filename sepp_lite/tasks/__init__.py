@@ -20,11 +20,12 @@ from __future__ import annotations
 from sepp_lite.tasks._codecs import BytesCodec, Codec, CodecFactory, JsonCodec, TextCodec
 from sepp_lite.tasks._convert import InputError
 from sepp_lite.tasks._registry import State, Tasks, TaskWorker
-from sepp_lite.tasks._task import Backoff, Middleware, Retry, Task
+from sepp_lite.tasks._task import Backoff, Chain, Middleware, Retry, Task
 
 __all__ = [
     "Backoff",
     "BytesCodec",
+    "Chain",
     "Codec",
     "CodecFactory",
     "InputError",

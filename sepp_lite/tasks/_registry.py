@@ -25,6 +25,7 @@ from sepp_lite.tasks._lifecycle import Lifecycle
 from sepp_lite.tasks._periodic import schedule_of, scheduler_beside, task_function
 from sepp_lite.tasks._signature import job_type_of, shape_of
 from sepp_lite.tasks._task import Middleware, Options, Retry, Task
+from sepp_lite.tasks._workflow import HandOff
 from sepp_lite.types import JobCtx, Priority
 from sepp_lite.worker import DuplicateHandlerError, Worker
 
@@ -36,6 +37,7 @@ __all__ = ["State", "TaskWorker", "Tasks"]
 logger = _log.logger()
 
 I = TypeVar("I")  # noqa: E741
+O = TypeVar("O")  # noqa: E741
 
 Hook = Callable[["State"], Awaitable[Any]]
 Lifespan = Callable[["State"], contextlib.AbstractAsyncContextManager[Any]]
@@ -51,10 +53,16 @@ class TaskDecorator(typing.Protocol):
     """What ``tasks.task(...)`` returns: a decorator that makes a function a Task."""
 
     @overload
-    def __call__(self, fn: Callable[[I, JobCtx], Any], /) -> Task[I]: ...
+    def __call__(self, fn: Callable[[I, JobCtx], Awaitable[O]], /) -> Task[I, O]: ...
 
     @overload
-    def __call__(self, fn: Callable[[I], Any], /) -> Task[I]: ...
+    def __call__(self, fn: Callable[[I], Awaitable[O]], /) -> Task[I, O]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[I, JobCtx], O], /) -> Task[I, O]: ...
+
+    @overload
+    def __call__(self, fn: Callable[[I], O], /) -> Task[I, O]: ...
 
 
 class PeriodicDecorator(typing.Protocol):
@@ -106,10 +114,16 @@ class Tasks:
     # -- registering -------------------------------------------------------------------
 
     @overload
-    def task(self, fn: Callable[[I, JobCtx], Any], /) -> Task[I]: ...
+    def task(self, fn: Callable[[I, JobCtx], Awaitable[O]], /) -> Task[I, O]: ...
 
     @overload
-    def task(self, fn: Callable[[I], Any], /) -> Task[I]: ...
+    def task(self, fn: Callable[[I], Awaitable[O]], /) -> Task[I, O]: ...
+
+    @overload
+    def task(self, fn: Callable[[I, JobCtx], O], /) -> Task[I, O]: ...
+
+    @overload
+    def task(self, fn: Callable[[I], O], /) -> Task[I, O]: ...
 
     @overload
     def task(
@@ -180,6 +194,12 @@ class Tasks:
         if isinstance(default, Codec):
             return default
         return codec_for(tp, default)
+
+    def _step_codec(self, job_type: str, value: Any) -> Codec:
+        """The codec a workflow's value goes to step ``job_type`` in: that task's, or,
+        when these tasks lack it, the one they would choose for the value's type."""
+        task = self._tasks.get(job_type)
+        return task.codec if task is not None else self._task_codec(type(value))
 
     def periodic(
         self,
@@ -324,9 +344,10 @@ class Tasks:
         )
         worker = TaskWorker(self, client, chosen, lease, **options)
         worker.scheduler = scheduler if periodic else None
+        hand_off = HandOff(client, self._step_codec)
         for task in self._tasks.values():
             if task.queue in chosen:
-                handler = task.handler(self._middleware, worker.run_in_thread)
+                handler = task.handler(self._middleware, worker.run_in_thread, hand_off)
                 if task.job_type in self._periodic:
                     handler = scheduler.guard(handler, lease_duration=lease)
                 worker.handle(task.job_type, handler)

@@ -9,6 +9,7 @@ job then costs one decode and one or two more awaits than a raw handler.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import inspect
 import random
@@ -17,10 +18,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, TypeVar, Union, overload
 
+from sepp_lite import _log
+from sepp_lite._scheduler import DEFAULT_DEDUP_WINDOW
 from sepp_lite._time import Duration, as_timedelta, seconds_text
 from sepp_lite.tasks._codecs import Codec
 from sepp_lite.tasks._convert import InputError, type_name
 from sepp_lite.tasks._signature import is_async
+from sepp_lite.tasks._workflow import WORKFLOW_KEY, Step, Where, new_root
 from sepp_lite.types import EnqueueAck, EnqueueRequest, JobCtx, Payload, Primitive, Priority
 from sepp_lite.types import RetryDirective as Directive
 from sepp_lite.worker import HandlerError
@@ -30,9 +34,25 @@ if TYPE_CHECKING:
     from sepp_lite.errors import JobRejection
     from sepp_lite.sync import SeppClient as SyncSeppClient
 
-__all__ = ["Backoff", "Middleware", "Retry", "Task"]
+__all__ = ["Backoff", "Chain", "Middleware", "Retry", "Task"]
+
+logger = _log.logger()
 
 I = TypeVar("I")  # noqa: E741 - the task's input type, as in the docs
+X = TypeVar("X")  # the output of a chain's next step
+E = TypeVar("E")  # an element of a sequence a step returns, for map()
+if TYPE_CHECKING:
+    # The output defaults to Any, so ``Task[Welcome]`` (from before tasks had outputs)
+    # still means what it did; only a type checker needs the default.
+    from typing_extensions import TypeVar as TypeVarWithDefault
+
+    O = TypeVarWithDefault("O", default=Any)  # noqa: E741 - the task's output type
+else:
+    O = TypeVar("O")  # noqa: E741
+
+# The server's default max_attempts: with the default dedup window, how long a step's
+# retries may last before a late delivery could hand off twice.
+_DEFAULT_MAX_ATTEMPTS = 3
 
 InThread = Callable[..., Awaitable[Any]]
 """How a plain ``def`` task's function is run: ``run_in_thread(fn, *args)``."""
@@ -43,6 +63,10 @@ Middleware = Callable[[Callable[[Any, JobCtx], Awaitable[Any]], Any, JobCtx], Aw
 registry; ``await call_next(input, ctx)`` runs the rest (the task at the end)."""
 
 Handler = Callable[[Optional[Payload], JobCtx], Awaitable[None]]
+
+HandOff = Callable[[Any, JobCtx], Awaitable[None]]
+"""What a tasks worker does with a task's value when its job is a step of a workflow:
+``await hand_off(value, ctx)`` enqueues the next step (see ``_workflow``)."""
 
 
 @dataclass(frozen=True)
@@ -102,15 +126,25 @@ class Options:
     idempotency_key: Optional[Callable[[Any], str]]
 
 
-class Task(Generic[I]):
+class Task(Generic[I, O]):
     """A function registered with :meth:`Tasks.task`: what producers enqueue and what a
-    worker runs. ``I`` is its input type, from the function's first parameter.
+    worker runs. ``I`` is its input type, from the function's first parameter; ``O`` its
+    output, the function's return type (what :meth:`then` hands to the next step).
 
     Attributes: ``job_type``, ``queue``, ``priority``, ``max_attempts``, ``timeout``
     (seconds or None), ``retry``, ``input_type``, ``codec``, ``fn`` (the function).
     Calling the task calls the function (``await send_welcome(msg, ctx)`` in a unit
     test), without the codec, the middleware or the time limit.
     """
+
+    if not TYPE_CHECKING:  # type checkers read O's default instead
+
+        def __class_getitem__(cls, params: Any) -> Any:
+            # ``Task[Welcome]``, from before tasks had an output, is ``Task[Welcome, Any]``
+            # at run time too (evaluated annotations, pydantic, get_type_hints).
+            if not isinstance(params, tuple):
+                params = (params, Any)
+            return super().__class_getitem__(params)
 
     def __init__(
         self,
@@ -284,32 +318,64 @@ class Task(Generic[I]):
         with the async client, as :meth:`enqueue`)."""
         return client.enqueue_batch([self.request(value) for value in inputs])
 
+    # -- workflows ---------------------------------------------------------------------
+
+    def then(self, next: Union[Task[O, X], Chain[O, X]]) -> Chain[I, X]:
+        """A workflow: this task, then ``next`` (a task or a :class:`Chain`) with this
+        task's value as its input. The tasks worker that runs this step enqueues the
+        next before it acks the step (see :class:`Chain`)."""
+        chain: Chain[I, O] = Chain(self, [])
+        return chain.then(next)
+
+    @overload
+    def map(self: Task[I, list[E]], next: Union[Task[E, X], Chain[E, X]]) -> Chain[I, X]: ...
+
+    @overload
+    def map(self: Task[I, tuple[E, ...]], next: Union[Task[E, X], Chain[E, X]]) -> Chain[I, X]: ...
+
+    @overload
+    def map(self: Task[I, Sequence[E]], next: Union[Task[E, X], Chain[E, X]]) -> Chain[I, X]: ...
+
+    def map(self, next: Any) -> Any:
+        """A workflow: this task, whose value is a sequence, then one job of ``next``
+        (a task or a :class:`Chain`) per element, all enqueued together before this
+        step is acked (see :class:`Chain`)."""
+        return Chain(self, []).map(next)
+
     # -- consuming ---------------------------------------------------------------------
 
     def handler(
-        self, middleware: Sequence[Middleware] = (), run_in_thread: Optional[InThread] = None
+        self,
+        middleware: Sequence[Middleware] = (),
+        run_in_thread: Optional[InThread] = None,
+        hand_off: Optional[HandOff] = None,
     ) -> Handler:
         """The ``async def (payload, ctx)`` a :class:`~sepp_lite.Worker` runs for this
         task: decode (a payload that does not fit is dead-lettered at once, with the
         field in the reason), then the function, through ``middleware``, under the
         time limit and the backoff. A plain ``def`` task's function runs through
         ``run_in_thread`` (the worker's :meth:`~sepp_lite.Worker.run_in_thread`;
-        ``asyncio.to_thread`` when not given)."""
+        ``asyncio.to_thread`` when not given). When the job is a step of a workflow,
+        ``hand_off`` gets the function's value before the handler returns (and so
+        before the worker acks the job)."""
         decode = self._decoder()
         call = self._call(middleware, run_in_thread)
         options = self._options
-        if options.timeout is None and options.retry is None:
+        if options.timeout is not None or options.retry is not None:
+            call = _Guarded(self.job_type, call, options.timeout, options.retry).run
+        if hand_off is None:
 
             async def handle(payload: Optional[Payload], ctx: JobCtx) -> None:
                 await call(decode(payload), ctx)
 
             return handle
-        guarded = _Guarded(self.job_type, call, options.timeout, options.retry)
 
-        async def handle_guarded(payload: Optional[Payload], ctx: JobCtx) -> None:
-            await guarded.run(decode(payload), ctx)
+        async def handle_step(payload: Optional[Payload], ctx: JobCtx) -> None:
+            value = await call(decode(payload), ctx)
+            if WORKFLOW_KEY in ctx.custom:  # one look-up for a job of no workflow
+                await hand_off(value, ctx)
 
-        return handle_guarded
+        return handle_step
 
     def _decoder(self) -> Callable[[Optional[Payload]], Any]:
         codec_decode = self.codec.decode
@@ -378,12 +444,11 @@ class _Guarded:
         self._timeout = timeout
         self._retry = retry
 
-    async def run(self, value: Any, ctx: JobCtx) -> None:
+    async def run(self, value: Any, ctx: JobCtx) -> Any:
         try:
             if self._timeout is None:
-                await self._call(value, ctx)
-            else:
-                await self._limited(self._call(value, ctx), self._timeout, ctx)
+                return await self._call(value, ctx)
+            return await self._limited(self._call(value, ctx), self._timeout, ctx)
         except HandlerError:
             raise
         except Exception as exc:
@@ -395,7 +460,7 @@ class _Guarded:
             # with its traceback when this was the job's last attempt.
             raise HandlerError(reason, Directive.after(delay)) from exc
 
-    async def _limited(self, call: Awaitable[Any], seconds: float, ctx: JobCtx) -> None:
+    async def _limited(self, call: Awaitable[Any], seconds: float, ctx: JobCtx) -> Any:
         """Await ``call`` in this task; after ``seconds`` cancel it and raise the
         HandlerError of a timed-out attempt. No second task: a timer cancels this one,
         and only while the call is still running (it is where this task waits)."""
@@ -410,7 +475,7 @@ class _Guarded:
 
         timer = asyncio.get_running_loop().call_later(seconds, expire)
         try:
-            await call
+            value = await call
         except asyncio.CancelledError as cancelled:
             if not state[0] or _cancelled_by_others(task):
                 raise  # the worker's own cancellation (shutdown, lost lease)
@@ -423,6 +488,7 @@ class _Guarded:
             if _cancelled_by_others(task):
                 raise asyncio.CancelledError
             raise self._timed_out(seconds, ctx) from asyncio.TimeoutError()
+        return value
 
     def _timed_out(self, seconds: float, ctx: JobCtx) -> HandlerError:
         """The nack of a timed-out attempt; the Worker logs it (raised from what timed
@@ -446,3 +512,191 @@ def _cancelled_by_others(task: asyncio.Task[Any]) -> bool:
         return False
     remaining: int = uncancel()
     return remaining > 0
+
+
+class Chain(Generic[I, O]):
+    """Tasks run one after another, built by :meth:`Task.then` and :meth:`Task.map`:
+    each step's value is the next step's input. ``I`` is the first step's input;
+    ``O`` the last step's output (of each branch, after a :meth:`map`).
+
+    :meth:`enqueue` enqueues the first step; from there the tasks workers hand each
+    value on, each step as exactly one job (within the server's dedup window), and
+    each handler run at least once. The documentation's "Workflows" page
+    (docs/workflows.md) says what this guarantees and needs.
+    """
+
+    def __init__(self, first: Task[I, Any], steps: Sequence[tuple[Task[Any, Any], bool]]) -> None:
+        self.first = first
+        self._tasks = tuple(steps)
+        self._steps = tuple(_step_of(task, fan) for task, fan in steps)
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The steps after the first, as each job carries them (the Workflows page
+        documents the format)."""
+        return self._steps
+
+    @property
+    def tasks(self) -> list[Task[Any, Any]]:
+        """The tasks of the steps, first to last."""
+        return [self.first, *(task for task, _ in self._tasks)]
+
+    def __repr__(self) -> str:
+        rest = "".join(f" -> {step.describe()}" for step in self.steps)
+        return f"<Chain {self.first.job_type} ({self.first.queue}){rest}>"
+
+    def describe(self) -> str:
+        """The steps, one a line: ``1. fetch (queue)``, ``3. map handle (queue)``."""
+        lines = [f"1. {self.first.job_type} ({self.first.queue})"]
+        lines += [f"{n}. {step.describe()}" for n, step in enumerate(self.steps, 2)]
+        return "\n".join(lines)
+
+    # -- building ----------------------------------------------------------------------
+
+    def then(self, next: Union[Task[O, X], Chain[O, X]]) -> Chain[I, X]:
+        """This chain, then ``next`` (a task or a chain) with the last step's value as
+        its input. After a :meth:`map`, each branch goes on alone (there is no join)."""
+        return self._joined(_steps_of(next, fan=False))
+
+    @overload
+    def map(self: Chain[I, list[E]], next: Union[Task[E, X], Chain[E, X]]) -> Chain[I, X]: ...
+
+    @overload
+    def map(self: Chain[I, tuple[E, ...]], next: Union[Task[E, X], Chain[E, X]]) -> Chain[I, X]: ...
+
+    @overload
+    def map(self: Chain[I, Sequence[E]], next: Union[Task[E, X], Chain[E, X]]) -> Chain[I, X]: ...
+
+    def map(self, next: Any) -> Any:
+        """This chain, then one job of ``next`` (a task or a chain) per element of the
+        sequence the last step returns, all enqueued together (see the Workflows page
+        for how a long sequence is split)."""
+        return self._joined(_steps_of(next, fan=True))
+
+    def _joined(self, steps: list[tuple[Task[Any, Any], bool]]) -> Chain[I, Any]:
+        added = [task for task, _ in steps] if self._tasks else [self.first, *(t for t, _ in steps)]
+        _warn_if_outlasting(added)  # each task once, when it joins a chain
+        return Chain(self.first, [*self._tasks, *steps])
+
+    # -- producing ---------------------------------------------------------------------
+
+    def request(
+        self,
+        input: I,
+        *,
+        root: Optional[str] = None,
+        delay: Optional[Duration] = None,
+        scheduled_at: Optional[datetime] = None,
+        priority: Union[Priority, int, None] = None,
+        idempotency_key: Optional[str] = None,
+        max_attempts: Optional[int] = None,
+        custom: Optional[Mapping[str, Primitive]] = None,
+    ) -> EnqueueRequest:
+        """The :class:`~sepp_lite.EnqueueRequest` of the first step's job, carrying
+        the workflow (root id ``root``, a fresh random one by default). The options
+        are :meth:`Task.request`'s, for that job only."""
+        where = Where(root or new_root(), 0, (), self.steps)
+        return self.first.request(
+            input,
+            delay=delay,
+            scheduled_at=scheduled_at,
+            priority=priority,
+            idempotency_key=idempotency_key,
+            max_attempts=max_attempts,
+            custom={**(custom or {}), **where.entries()},
+        )
+
+    @overload
+    def enqueue(
+        self,
+        client: SeppClient,
+        input: I,
+        *,
+        root: Optional[str] = None,
+        delay: Optional[Duration] = None,
+        scheduled_at: Optional[datetime] = None,
+        priority: Union[Priority, int, None] = None,
+        idempotency_key: Optional[str] = None,
+        max_attempts: Optional[int] = None,
+        custom: Optional[Mapping[str, Primitive]] = None,
+    ) -> Coroutine[Any, Any, EnqueueAck]: ...
+
+    @overload
+    def enqueue(
+        self,
+        client: SyncSeppClient,
+        input: I,
+        *,
+        root: Optional[str] = None,
+        delay: Optional[Duration] = None,
+        scheduled_at: Optional[datetime] = None,
+        priority: Union[Priority, int, None] = None,
+        idempotency_key: Optional[str] = None,
+        max_attempts: Optional[int] = None,
+        custom: Optional[Mapping[str, Primitive]] = None,
+    ) -> EnqueueAck: ...
+
+    def enqueue(self, client: Any, input: I, **options: Any) -> Any:
+        """Enqueue the first step's job with ``input``: the awaitable of its
+        :class:`~sepp_lite.EnqueueAck` with the async client, the ack with the sync
+        one. ``options`` are :meth:`request`'s. Raises as :meth:`Task.enqueue`."""
+        return client.enqueue(self.request(input, **options))
+
+    @overload
+    def enqueue_many(
+        self, client: SeppClient, inputs: Iterable[I]
+    ) -> Coroutine[Any, Any, list[Union[EnqueueAck, JobRejection]]]: ...
+
+    @overload
+    def enqueue_many(
+        self, client: SyncSeppClient, inputs: Iterable[I]
+    ) -> list[Union[EnqueueAck, JobRejection]]: ...
+
+    def enqueue_many(self, client: Any, inputs: Iterable[I]) -> Any:
+        """One workflow per input, each with its own root, their first jobs in one
+        EnqueueBatch call: one ack or rejection per input, in order."""
+        return client.enqueue_batch([self.request(value) for value in inputs])
+
+
+def _steps_of(next: Any, fan: bool) -> list[tuple[Task[Any, Any], bool]]:
+    if isinstance(next, Chain):
+        return [(next.first, fan), *next._tasks]
+    if not isinstance(next, Task):
+        raise TypeError(f"a workflow's step must be a Task or a Chain, not {type(next).__name__}")
+    return [(next, fan)]
+
+
+def _step_of(task: Task[Any, Any], fan: bool) -> Step:
+    priority = task.priority
+    level = None if priority is None else int(priority.value)
+    return Step(task.job_type, task.queue, fan, level, task.max_attempts)
+
+
+def retry_span(task: Task[Any, Any]) -> float:
+    """The longest a task's own backoff and time limit may keep its job going over
+    all its attempts, in seconds (without jitter, which only shortens it)."""
+    retry = task.retry
+    attempts = task.max_attempts or _DEFAULT_MAX_ATTEMPTS
+    total = (task.timeout or 0.0) * attempts
+    if retry is None:
+        return total
+    steady = dataclasses.replace(retry, jitter=False) if isinstance(retry, Backoff) else retry
+    for attempt in range(1, min(attempts, 100)):
+        total += _delay_of(steady, attempt)
+    return total
+
+
+def _warn_if_outlasting(tasks: list[Task[Any, Any]]) -> None:
+    window = DEFAULT_DEDUP_WINDOW.total_seconds()
+    for task in tasks:
+        span = retry_span(task)
+        if span > window:
+            logger.warning(
+                "workflow step %s: its retries may take %s, longer than the server's "
+                "default dedup window (%s): a step delivered again after the window "
+                "would hand off a second time (shorten retry=/max_attempts, or make sure "
+                "the server's dedup_window_ms is longer)",
+                task.job_type,
+                seconds_text(timedelta(seconds=span)),
+                seconds_text(DEFAULT_DEDUP_WINDOW),
+            )
