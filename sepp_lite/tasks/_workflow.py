@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 from sepp_lite import _log
+from sepp_lite._codec.enqueue import batch_part_size
+from sepp_lite._sending import BatchLimits, fit_batches
 from sepp_lite.errors import JobRejectedError, SeppError
 from sepp_lite.tasks._codecs import Codec
 from sepp_lite.types import EnqueueRequest, JobCtx, Payload, Primitive
@@ -54,12 +56,6 @@ WORKFLOW_KEY = "sepp.workflow"
 ROOT_KEY = _log.WORKFLOW_ROOT_ENTRY  # "sepp.workflow.root"
 VERSION = 1
 KEY_PREFIX = "wf:"
-
-# One EnqueueAtomic call of a map carries at most this many bytes of jobs (by an
-# estimate that errs high): half the server's 16 MiB message limit, as enqueue --jsonl.
-MAP_CALL_BYTES = 8 * 1024 * 1024
-_JOB_OVERHEAD_BYTES = 64  # tags, lengths, priority, attempts: fewer than this
-_DEFAULT_BATCH_JOBS = 256  # the spec's max_enqueue_batch, until the server's is known
 
 
 @dataclass(frozen=True)
@@ -187,7 +183,8 @@ class HandOff:
             self._request(step, element, where.next(index), carried)
             for index, element in enumerate(value)
         ]
-        for part in split(requests, self._batch_jobs(), MAP_CALL_BYTES):
+        limits = BatchLimits.of(self._client.server_info)
+        for part in split(requests, limits.jobs, limits.size):
             await self._send(part, step, atomic=True)
 
     def _request(
@@ -210,10 +207,6 @@ class HandOff:
             custom={**carried, **where.entries()},
         )
 
-    def _batch_jobs(self) -> int:
-        info = self._client.server_info
-        return max(1, info.max_enqueue_batch) if info is not None else _DEFAULT_BATCH_JOBS
-
     async def _send(self, requests: list[EnqueueRequest], step: Step, atomic: bool) -> None:
         try:
             if atomic:
@@ -231,33 +224,11 @@ class HandOff:
             raise HandlerError(reason, directive) from exc
 
 
-def request_size(request: EnqueueRequest) -> int:
-    """An estimate of a job's encoded size that errs high."""
-    size = len(request.queue.encode()) + len(request.job_type.encode()) + _JOB_OVERHEAD_BYTES
-    size += len((request.idempotency_key or "").encode())
-    if request.payload is not None:
-        size += len(request.payload.data) + len(request.payload.encoding)
-    for key, value in request.custom.items():
-        size += len(key.encode()) + len(str(value).encode()) + 16
-    return size
-
-
 def split(
     requests: list[EnqueueRequest], max_jobs: int, max_bytes: int
 ) -> list[list[EnqueueRequest]]:
     """``requests`` in order, cut into calls of at most ``max_jobs`` jobs and
-    ``max_bytes`` (estimated) each; a job over ``max_bytes`` goes alone. The same
-    requests and limits give the same calls (each job keeps its key whatever the cut)."""
-    parts: list[list[EnqueueRequest]] = []
-    current: list[EnqueueRequest] = []
-    size = 0
-    for request in requests:
-        cost = request_size(request)
-        if current and (len(current) >= max_jobs or size + cost > max_bytes):
-            parts.append(current)
-            current, size = [], 0
-        current.append(request)
-        size += cost
-    if current:
-        parts.append(current)
-    return parts
+    ``max_bytes`` each (``_sending.fit_batches``, each job measured as the client sends
+    it); a job over ``max_bytes`` goes alone. The same requests and limits give the same
+    calls (each job keeps its key whatever the cut)."""
+    return fit_batches(requests, BatchLimits(max_jobs, max_bytes), batch_part_size)
