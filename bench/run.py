@@ -112,7 +112,7 @@ OTEL_JOBS_SCALE = 3
 # against a regular CPython of the same version when one is found.
 FT_JOBS = 200
 FT_GOAL = 0.6
-FT_LABEL = "CPU-bound def task (~10 ms pure Python) x 200, worker with 2 threads, wall time"
+FT_LABEL = "CPU-bound def task (~10 ms pure Python), worker with 2 threads, wall time"
 
 
 # Installed packages have their bytecode compiled (pip does it); a caller's
@@ -1018,6 +1018,11 @@ def main() -> int:
         help="a regular CPython of the same version, for that row (default: python3.13)",
     )  # fmt: skip
     parser.add_argument("--no-ft", action="store_true", help="skip the free-threading row")
+    parser.add_argument(
+        "--ft-only", action="store_true",
+        help="only the free-threading row, into bench/results/free-threading.* (latest.* "
+        "and the documentation's tables are left alone)",
+    )  # fmt: skip
     add_server_option(parser)
     args = parser.parse_args()
     SERVER_KIND["kind"] = args.server
@@ -1031,6 +1036,12 @@ def main() -> int:
         "server": args.server,
         "workloads": [],
     }
+    if args.ft_only:
+        if not args.ft_python:
+            parser.error("--ft-only needs a free-threaded CPython: --ft-python PATH")
+        free_threading(report, args.ft_python, args.gil_python, python, args.rounds)
+        print((RESULTS / "free-threading.md").read_text())
+        return 0
     for workload in [] if args.no_compare else args.workloads.split(","):
         print(f"== {workload}", flush=True)
         row = compare(python, python, workload, args.rounds, args.jobs)

@@ -349,8 +349,8 @@ async def _run_worker(worker_: Any, job_type: str, jobs: int, skip: int) -> dict
 
 
 # A CPU-bound plain def task: this many rounds of pure-Python arithmetic take about
-# 10 ms on CPython 3.13 (with the GIL) on the bench machine; every interpreter does the
-# same work.
+# 10 ms on CPython 3.13 with the GIL on the bench machine (8 to 11 ms on 2026-12-05);
+# every interpreter does the same work.
 CPU_TASK_LOOPS = 80_000
 CPU_TASK_THREADS = 2
 

@@ -15,7 +15,6 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import pytest
@@ -58,16 +57,29 @@ def test_sixteen_threads_enqueue_a_thousand_jobs_each_through_one_blocking_clien
     # hand-over that lost a wake-up would hang (bounded here), one that mixed calls up
     # would give a thread another thread's ack.
     queue = unique_queue("stress")
+    acks: list[list[EnqueueAck]] = [[] for _ in range(THREADS)]
+    errors: list[BaseException] = []
     with SeppClient.connect(server.addr) as client:
 
-        def enqueue_all(thread: int) -> list[EnqueueAck]:
-            return [
-                client.enqueue(job(queue, payload=Payload(b"%d:%d" % (thread, n), "text/plain")))
-                for n in range(CALLS)
-            ]
+        def enqueue_all(thread: int) -> None:
+            try:
+                for n in range(CALLS):
+                    payload = Payload(b"%d:%d" % (thread, n), "text/plain")
+                    acks[thread].append(client.enqueue(job(queue, payload=payload)))
+            except BaseException as error:
+                errors.append(error)
 
-        with ThreadPoolExecutor(THREADS) as pool:
-            acks = list(pool.map(enqueue_all, range(THREADS), timeout=150))
+        # Daemon threads, not a pool: a thread left hanging must not hang the exit too.
+        threads = [
+            threading.Thread(target=enqueue_all, args=(n,), daemon=True) for n in range(THREADS)
+        ]
+        for thread in threads:
+            thread.start()
+        deadline = time.monotonic() + 150
+        for thread in threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        assert not [thread for thread in threads if thread.is_alive()], "calls hang"
+    assert errors == []
     every = [ack for thread_acks in acks for ack in thread_acks]
     assert len({ack.job_id for ack in every}) == THREADS * CALLS
     expected = [b"%d:%d" % (thread, n) for thread in range(THREADS) for n in range(CALLS)]

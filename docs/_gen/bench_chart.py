@@ -249,6 +249,15 @@ def markdown_tables(data: dict[str, Any]) -> str:
             f"at a time: {sync['sync_cpu_us']:.1f} µs against {sync['async_cpu_us']:.1f} µs "
             f"of CPU per job ({_x(sync['pair_ratio_median'])}).",
         ]
+    threads = data.get("free_threading")
+    if threads:
+        parts += [
+            "",
+            f"On {threads['versions']['free_threaded']}, a CPU-bound plain `def` task "
+            f"(about 10 ms of pure Python) × {threads['jobs']} on a worker with 2 threads: "
+            f"{threads['free_threaded_wall_s']:.2f} s against {threads['gil_on_wall_s']:.2f} s "
+            f"with its GIL on, PYTHON_GIL=1 ({_x(threads['vs_gil_on_pair_median'])}).",
+        ]
     return "\n".join(parts) + "\n"
 
 
