@@ -3,7 +3,8 @@
 Whatever keeps time by a clock takes a :class:`Clock`, epoch milliseconds and a timer
 at an instant, so that a test can hand it a clock that moves only when told
 (``sepp_lite.testing.ManualClock``): the periodic scheduler keeps its slots by one,
-the in-process server its leases, schedules and deadlines.
+the in-process server its leases, schedules and deadlines, the Worker's lease keeper
+its extensions.
 """
 
 from __future__ import annotations
