@@ -48,5 +48,6 @@ class WallClock:
     def call_at(self, deadline_ms: int, callback: Callable[[], None]) -> TimerHandle:
         """A ``loop.call_later`` timer on the running loop (``RuntimeError`` without
         one)."""
-        delay = max(0, deadline_ms - self.now_ms()) / 1000
+        # An instant passed already runs at the loop's next turn, as a delay of 0 would.
+        delay = (deadline_ms - self.now_ms()) / 1000
         return asyncio.get_running_loop().call_later(delay, callback)
