@@ -101,9 +101,10 @@ async def worker_running(worker: Any, timeout: float = 20.0) -> AsyncIterator[as
 
 
 def on_clock(worker: Any, clock: Any) -> None:
-    """Keep ``worker``'s leases by ``clock`` (the in-process server's ``ManualClock``):
-    its lease keeper then extends when the test moves the clock, as the server expires
-    them. A Worker takes no clock in its signature; tests set it here, in one place."""
+    """Keep ``worker``'s leases by ``clock`` (the in-process server's ``ManualClock``),
+    before its ``run()``: its lease keeper then extends when the test moves the clock, as
+    the server expires them. A Worker takes no clock in its signature; tests set it
+    here, in one place."""
     worker._clock = clock
 
 
