@@ -237,9 +237,18 @@ GUIDE_SAYS = (  # somewhere on the page
     "timeout=",
     "priorit",
     "rate limit",
-    "workflows.md",  # where chains and pipelines go once workflows land
+    "](workflows.md#what-runs-once-what-exists-once)",  # the guarantee, linked, not copied
 )
 GUIDE_DIFFERENCES = ("may run twice", "idempotent", "no result")  # in that section
+# The section on chains (canvas, pipelines) of each guide, which runs a then/map example.
+GUIDE_CHAINS = {
+    "from-celery.md": "Canvas: chain, group, chord",
+    "from-dramatiq.md": "Pipelines and groups",
+    "from-arq.md": "Chains of jobs",
+    "from-taskiq.md": "Pipelines",
+}
+# What the guides said before workflows were released.
+GUIDE_STALE = ("once they are released", "once they land", "not released yet", "being built")
 
 
 def test_the_guides_for_other_queues_map_their_concepts_and_run() -> None:
@@ -257,6 +266,11 @@ def test_the_guides_for_other_queues_map_their_concepts_and_run() -> None:
         runs = [block for block in BLOCKS[page] if block.runs]
         assert len([block for block in runs if block.lang == "python"]) >= 2, page
         assert any((block.file or "").startswith("test_") for block in runs), page
+        # Workflows are linked, not announced, and the chains section runs then and map.
+        assert [s for s in GUIDE_STALE if s in " ".join(lowered.split())] == [], page
+        chains = [b for b in runs if b.section == GUIDE_CHAINS[page] and b.lang == "python"]
+        assert any(".then(" in b.text and ".map(" in b.text for b in chains), page
+        assert any("sepp_drain" in b.text and "sepp_clock" in b.text for b in chains), page
         # Where a newcomer looks: the home page and getting started link each guide.
         assert f"]({page})" in index and f"]({page})" in start, page
 

@@ -25,7 +25,7 @@ from sepp_lite.errors import PayloadTooLarge
 from sepp_lite.sync import SeppClient as SyncSeppClient
 from sepp_lite.tasks import Backoff, BytesCodec, InputError, Tasks, TaskWorker
 from sepp_lite.testing import ManualClock, SeppServerThread, SeppTestServer, run_until_drained
-from tests.client_helpers import unique_queue
+from tests.client_helpers import unique_queue, worker_running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -747,10 +747,8 @@ async def test_the_workers_own_cancellations_are_not_taken_for_timeouts(
     # not nacked for a timeout.
     first = await slow.enqueue(client, Welcome("drained"))
     worker = tasks.worker(client, shutdown_timeout=0.05)
-    run = asyncio.ensure_future(worker.run())
-    await asyncio.wait_for(started.wait(), 10)
-    worker.shutdown_handle().shutdown()
-    await asyncio.wait_for(run, 10)
+    async with worker_running(worker, 10):
+        await asyncio.wait_for(started.wait(), 10)
     options = sepp.ReserveOptions([queue], 30, wait_timeout=1)
     [again] = await client.reserve(options) or []
     assert (again.ctx.id, again.ctx.attempt) == (first.job_id, 2)

@@ -142,8 +142,7 @@ async def test_a_plain_def_periodic_task_runs_in_a_worker_thread() -> None:
     async with SeppTestServer(clock=clock) as server:
         async with await sepp.SeppClient.connect(server.addr) as client:
             worker = tasks.worker(client, periodic_clock=clock)
-            running = asyncio.ensure_future(worker.run())
-            try:
+            async with worker_running(worker, 10):
                 queue = tasks.queues[0]
 
                 def settled(count: int) -> bool:
@@ -153,9 +152,6 @@ async def test_a_plain_def_periodic_task_runs_in_a_worker_thread() -> None:
                 await until(lambda: settled(1))  # acked before the clock moves past its lease
                 await server.advance(30)  # 12:01: the next slot is due
                 await until(lambda: settled(2))
-            finally:
-                worker.shutdown_handle().shutdown()
-                await asyncio.wait_for(running, 10)
     slot = datetime(2026, 6, 1, 12, 1, tzinfo=timezone.utc)
     assert sorted(s for _, s in runs) == [slot - timedelta(minutes=1), slot]  # type: ignore[type-var]
     assert all(name.startswith("sepp-worker-") for name, _ in runs), runs

@@ -70,7 +70,9 @@ async def test_permanent_reserve_refusals_stop_the_worker_after_one_call(
     assert len(scripted.calls_to("Reserve")) == 1
 
 
-async def test_the_jobs_in_flight_finish_and_are_acked_before_it_raises() -> None:
+async def test_the_jobs_in_flight_finish_and_are_acked_before_it_raises(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     release = asyncio.Event()
     started = asyncio.Event()
     async with ScriptedServer() as scripted:
@@ -88,11 +90,13 @@ async def test_the_jobs_in_flight_finish_and_are_acked_before_it_raises() -> Non
                 started.set()
                 await release.wait()
 
+            caplog.set_level(logging.INFO, "sepp_lite")
             run = asyncio.ensure_future(worker.run())
             await asyncio.wait_for(started.wait(), 10)
             await until(lambda: len(scripted.calls_to("Reserve")) == 2)  # refused
-            await asyncio.sleep(0.1)  # room to end too early, if it would
-            assert not run.done()  # still waiting for the handler
+            # Past the reserve loop, it drains: still waiting for the handler.
+            await until(lambda: "draining 1 in-flight job(s)" in caplog.text)
+            assert not run.done() and worker.in_flight == 1
             release.set()
             with pytest.raises(sepp.UnauthenticatedError):
                 await asyncio.wait_for(run, 10)

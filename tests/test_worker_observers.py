@@ -16,7 +16,7 @@ import pytest
 import sepp_lite as sepp
 from sepp_lite import _observe, _otel
 from sepp_lite.monitor import WorkerMonitor
-from tests.client_helpers import unique_queue, until
+from tests.client_helpers import unique_queue, until, worker_running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -260,9 +260,7 @@ async def test_the_monitor_calls_on_beat_with_itself(client: sepp.SeppClient) ->
     monitor = WorkerMonitor(worker, metrics=False, on_beat=beats.append)
     async with monitor:
         assert monitor in worker.observers
-        task = asyncio.ensure_future(worker.run())
-        await until(lambda: len(beats) >= 2 and monitor.readiness().ok, timeout=20)
-        worker.shutdown_handle().shutdown()
-        await asyncio.wait_for(task, 10)
+        async with worker_running(worker, 10):
+            await until(lambda: len(beats) >= 2 and monitor.readiness().ok, timeout=20)
     assert set(map(id, beats)) == {id(monitor)}
     assert monitor not in worker.observers

@@ -98,6 +98,8 @@ async def test_a_chain_hands_each_value_on_and_each_job_carries_the_workflow(
         "branch": [],
         "steps": [{"type": "summarise", "queue": queue}, {"type": "store", "queue": queue}],
     }
+    # Chain.steps is that format too: plain JSON, no private type in the public API.
+    assert chain.steps == json.loads(str(ctxs[0].custom[WORKFLOW_KEY]))["steps"]
     assert json.loads(str(ctxs[2].custom[WORKFLOW_KEY])) == {
         "v": 1,
         "at": 2,

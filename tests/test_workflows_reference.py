@@ -31,7 +31,7 @@ from sepp_lite.tasks import Chain, Tasks
 from sepp_lite.tasks._workflow import where_of
 from sepp_lite.testing import QueueState, ServerConfig
 from tests.cli_helpers import started
-from tests.client_helpers import unique_queue, until
+from tests.client_helpers import unique_queue, until, worker_running
 
 pytestmark = [
     pytest.mark.slow,
@@ -51,16 +51,6 @@ async def reference_server() -> AsyncIterator[tuple[Any, QueueState]]:
     state = QueueState(ServerConfig().with_overrides(dead_letter_retention_ms=3_600_000))
     async with GrpcioServer(state) as server:
         yield server, state
-
-
-@asynccontextmanager
-async def running(worker: sepp.Worker) -> AsyncIterator[None]:
-    task = asyncio.ensure_future(worker.run())
-    try:
-        yield
-    finally:
-        worker.shutdown_handle().shutdown()
-        await asyncio.wait_for(task, 30)
 
 
 Ran = list[tuple[str, str, tuple[int, ...], str, int]]  # step, root, branch, job id, attempt
@@ -99,7 +89,7 @@ async def run_lease_outliving(fan_out: bool) -> tuple[Ran, QueueState, str]:
         async with await sepp.SeppClient.connect(server.addr) as client:
             await chain.enqueue_many(client, range(WORKFLOWS))
             worker = tasks.worker(client, lease_duration=1, max_in_flight=256, wait_timeout=0.2)
-            async with running(worker):
+            async with worker_running(worker, 30):
                 await until(
                     lambda: (
                         sum(step == "second" for step, *_ in ran) >= WORKFLOWS * per_root

@@ -50,7 +50,7 @@ def _chains(args: argparse.Namespace) -> list[tuple[str, Any]]:
 
 def _steps(chain: Any) -> list[dict[str, Any]]:
     first = {"type": chain.first.job_type, "queue": chain.first.queue}
-    return [first, *(step.to_json() for step in chain.steps)]
+    return [first, *chain.steps]
 
 
 async def _cmd_workflows(args: argparse.Namespace) -> int:

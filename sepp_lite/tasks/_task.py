@@ -531,10 +531,11 @@ class Chain(Generic[I, O]):
         self._steps = tuple(_step_of(task, fan) for task, fan in steps)
 
     @property
-    def steps(self) -> tuple[Step, ...]:
-        """The steps after the first, as each job carries them (the Workflows page
-        documents the format)."""
-        return self._steps
+    def steps(self) -> list[dict[str, Any]]:
+        """The steps after the first, as each job carries them in its
+        ``sepp.workflow`` entry: ``{"type": ..., "queue": ..., "map": true, ...}``
+        (the Workflows page documents the format)."""
+        return [step.to_json() for step in self._steps]
 
     @property
     def tasks(self) -> list[Task[Any, Any]]:
@@ -542,13 +543,13 @@ class Chain(Generic[I, O]):
         return [self.first, *(task for task, _ in self._tasks)]
 
     def __repr__(self) -> str:
-        rest = "".join(f" -> {step.describe()}" for step in self.steps)
+        rest = "".join(f" -> {step.describe()}" for step in self._steps)
         return f"<Chain {self.first.job_type} ({self.first.queue}){rest}>"
 
     def describe(self) -> str:
         """The steps, one a line: ``1. fetch (queue)``, ``3. map handle (queue)``."""
         lines = [f"1. {self.first.job_type} ({self.first.queue})"]
-        lines += [f"{n}. {step.describe()}" for n, step in enumerate(self.steps, 2)]
+        lines += [f"{n}. {step.describe()}" for n, step in enumerate(self._steps, 2)]
         return "\n".join(lines)
 
     # -- building ----------------------------------------------------------------------
@@ -595,7 +596,7 @@ class Chain(Generic[I, O]):
         """The :class:`~sepp_lite.EnqueueRequest` of the first step's job, carrying
         the workflow (root id ``root``, a fresh random one by default). The options
         are :meth:`Task.request`'s, for that job only."""
-        where = Where(root or new_root(), 0, (), self.steps)
+        where = Where(root or new_root(), 0, (), self._steps)
         return self.first.request(
             input,
             delay=delay,
