@@ -3,7 +3,8 @@
 Whatever keeps time by a clock takes a :class:`Clock`, epoch milliseconds and a timer
 at an instant, so that a test can hand it a clock that moves only when told
 (``sepp_lite.testing.ManualClock``): the periodic scheduler keeps its slots by one,
-the in-process server its leases, schedules and deadlines.
+the in-process server its leases, schedules and deadlines, the Worker's lease keeper
+its extensions.
 """
 
 from __future__ import annotations
@@ -47,5 +48,6 @@ class WallClock:
     def call_at(self, deadline_ms: int, callback: Callable[[], None]) -> TimerHandle:
         """A ``loop.call_later`` timer on the running loop (``RuntimeError`` without
         one)."""
-        delay = max(0, deadline_ms - self.now_ms()) / 1000
+        # An instant passed already runs at the loop's next turn, as a delay of 0 would.
+        delay = (deadline_ms - self.now_ms()) / 1000
         return asyncio.get_running_loop().call_later(delay, callback)

@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple, Optional, TypeVar, Union
 
 from sepp_lite import _log, _otel, _otel_metrics, _validate
+from sepp_lite._clock import Clock, TimerHandle, WallClock
 from sepp_lite._handlers import (
     HandlerThreads,
     RegisteredHandler,
@@ -38,7 +39,7 @@ from sepp_lite._retry import (
     is_permanent,
 )
 from sepp_lite._taskset import TaskSet
-from sepp_lite._time import Duration, as_timedelta, now_ms, seconds_text
+from sepp_lite._time import Duration, as_timedelta, seconds_text
 from sepp_lite.client import SeppClient
 from sepp_lite.errors import (
     AttemptMismatchError,
@@ -416,12 +417,15 @@ class Worker:
             reserve_error_backoff, "reserve_error_backoff"
         ).total_seconds()
         self._auto_extend = auto_extend or auto_extend_interval is not None
-        self._extend_every: float | None = None
+        self._extend_every_ms: int | None = None
         # Lease extensions under way; each job's keeper cancels its own when it stops.
         self._extensions = TaskSet("lease extension")
         if auto_extend_interval is not None:
             interval = as_timedelta(auto_extend_interval, "auto_extend_interval")
-            self._extend_every = max(interval.total_seconds(), 0.001)
+            self._extend_every_ms = max(round(interval.total_seconds() * 1000), 1)
+        # The clock leases are kept by (the keeper's timers, a lease's known expiry): the
+        # wall clock, or in a test the in-process server's ManualClock.
+        self._clock: Clock = WallClock()
         self._shutdown_timeout: float | None = None
         if shutdown_timeout is not None:
             bound = as_timedelta(shutdown_timeout, "shutdown_timeout")
@@ -805,7 +809,7 @@ class Worker:
             )
             return
         lease = ctx.lease
-        if lease is not None and now_ms() >= lease.known_expiry_ms:
+        if lease is not None and self._clock.now_ms() >= lease.known_expiry_ms:
             # The server has taken it back already (its nack would meet NOT_FOUND, or a
             # newer attempt's lease).
             logger.info("job %s not handed back: its lease has expired", ctx.id)
@@ -890,15 +894,12 @@ class Worker:
 
     def _keeper_terms(self) -> _Keeping:
         return _Keeping(
-            self._opts.lease_duration, self._keeper_interval, self._extensions, self._events
+            self._opts.lease_duration,
+            self._extend_every_ms,
+            self._clock,
+            self._extensions,
+            self._events,
         )
-
-    def _keeper_interval(self, known_expiry_ms: int) -> float:
-        if self._extend_every is not None:
-            return self._extend_every
-        # A third of what is left of the lease the server *granted*: if it clamped the
-        # lease below the request, an interval from the request would fire too late.
-        return max((known_expiry_ms - now_ms()) / 3000.0, 0.001)
 
     async def _settle(self, ctx: JobCtx, outcome: BaseException | None) -> None:
         """Exactly one ack or nack for this delivery; failures are logged, never raised."""
@@ -1088,11 +1089,13 @@ class Worker:
 
 class _Keeping(NamedTuple):
     """What a lease keeper takes from its worker, handed to it rather than read off the
-    Worker: the lease to extend to, when to extend next (seconds, by the lease's known
-    expiry), the task set its extensions run in, and where to report them."""
+    Worker: the lease to extend to, how often to extend (``auto_extend_interval`` in ms,
+    or None for a third of what is left), the clock it keeps time by, the task set its
+    extensions run in, and where to report them."""
 
     lease_duration: timedelta
-    interval: Callable[[int], float]
+    every_ms: Optional[int]
+    clock: Clock
     extensions: TaskSet
     events: WorkerEvents
 
@@ -1109,14 +1112,19 @@ class _LeaseKeeper:
         self._terms = terms
         self._run = run
         self._lease = lease
-        self._timer: Optional[asyncio.TimerHandle] = None
+        self._timer: Optional[TimerHandle] = None
         self._extending: Optional[asyncio.Task[None]] = None
         self._stopped = False
         self._schedule()
 
     def _schedule(self) -> None:
-        delay = self._terms.interval(self._lease.known_expiry_ms)
-        self._timer = asyncio.get_running_loop().call_later(delay, self._due)
+        clock, every_ms = self._terms.clock, self._terms.every_ms
+        now = clock.now_ms()
+        if every_ms is None:
+            # A third of what is left of the lease the server *granted*: if it clamped the
+            # lease below the request, an interval from the request would fire too late.
+            every_ms = max((self._lease.known_expiry_ms - now) // 3, 1)
+        self._timer = clock.call_at(now + every_ms, self._due)
 
     def _due(self) -> None:
         self._timer = None
@@ -1152,7 +1160,7 @@ class _LeaseKeeper:
                 return  # the handler's own ack or nack won the race with this extend
             logger.error("job %s: lease lost (%s); cancelling its handler", ctx.id, error)
         except SeppError as error:
-            if now_ms() < lease.known_expiry_ms:
+            if terms.clock.now_ms() < lease.known_expiry_ms:
                 logger.warning("job %s: lease extension failed (%s); will retry", ctx.id, error)
                 terms.events.lease_extended(ctx, "failed")
                 self._again()

@@ -100,6 +100,14 @@ async def worker_running(worker: Any, timeout: float = 20.0) -> AsyncIterator[as
     await asyncio.wait_for(task, timeout)
 
 
+def on_clock(worker: Any, clock: Any) -> None:
+    """Keep ``worker``'s leases by ``clock`` (the in-process server's ``ManualClock``),
+    before its ``run()``: its lease keeper then extends when the test moves the clock, as
+    the server expires them. A Worker takes no clock in its signature; tests set it
+    here, in one place."""
+    worker._clock = clock
+
+
 def until_sync(predicate: Callable[[], object], timeout: float = 10.0, step: float = 0.01) -> None:
     """:func:`until` for a thread with no event loop: poll ``predicate()`` (state on
     another thread, with no event to wait on) with ``time.sleep``."""

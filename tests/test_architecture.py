@@ -736,3 +736,33 @@ def test_the_lease_keeper_reads_no_private_name_of_the_worker() -> None:
     """It is handed ``_Keeping`` (issue 39: it read four of the Worker's names)."""
     source = (PACKAGE / "worker.py").read_text()
     assert worker_names_read_by("_LeaseKeeper", source) == []
+
+
+# -- worker.py: no regex over another room's messages ------------------------------------
+
+# The modules that act on what the client raises while a worker runs or waits for its
+# server: they read an error's attributes (``ClientError.retry_after``,
+# ``CallFailure.backing_off``), never its wording, which belongs to the room that
+# raised it (issue 39: worker.py, then _reach.py, stripped the transport's "next attempt
+# in" hint with a regex).
+READ_BY_ATTRIBUTE = ("worker.py", "_reach.py", "_handlers.py")
+
+
+def imports_re(source: str) -> bool:
+    """Whether ``source`` imports the ``re`` module, or anything from it."""
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import) and any(a.name == "re" for a in node.names):
+            return True
+        if isinstance(node, ast.ImportFrom) and node.module == "re":
+            return True
+    return False
+
+
+def test_the_worker_parses_no_message_with_a_regex() -> None:
+    assert [name for name in READ_BY_ATTRIBUTE if imports_re((PACKAGE / name).read_text())] == []
+
+
+def test_the_re_finder_sees_each_spelling() -> None:
+    assert imports_re("import re\n") and imports_re("import os, re as regex\n")
+    assert imports_re("def f():\n    from re import sub\n")
+    assert not imports_re("import reprlib\nfrom sepp_lite import re_x\n")

@@ -21,6 +21,7 @@ from sepp_lite.testing import Limits, ManualClock, SeppTestServer
 from tests.client_helpers import (
     ScriptedServer,
     connected,
+    on_clock,
     once_reconnected,
     status_errors,
     unique_queue,
@@ -433,84 +434,115 @@ async def test_never_more_than_max_in_flight(
 
 
 # -- leases ------------------------------------------------------------------------
+# On the in-process server's ManualClock, which the Worker's lease keeper runs by too
+# (``on_clock``): the server expires leases, and the keeper extends them, only as the
+# test moves the clock.
 
 
-async def test_auto_extend_keeps_a_slow_handler_alive(
-    server: SeppTestServer, client: sepp.SeppClient
-) -> None:
-    queue = unique_queue()
-    await enqueue(client, queue, "slow")
+class LeaseExtensions(sepp.WorkerObserver):
+    """The outcomes of a worker's lease extensions, in order."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[str] = []
+
+    def lease_extended(self, ctx: sepp.JobCtx, outcome: str) -> None:
+        self.outcomes.append(outcome)
+
+
+async def test_auto_extend_keeps_a_slow_handler_alive(clocked: SeppTestServer) -> None:
+    """Two leases' worth of the clock pass while the handler works: a third of the way
+    to each expiry the keeper extends it (once each step), and the job is delivered
+    once."""
+    server, queue = clocked, unique_queue()
     runs: list[int] = []
-    worker = sepp.Worker(client, [queue], 0.6, auto_extend=True)
+    done = asyncio.Event()
+    async with connected(server.addr) as client:
+        await enqueue(client, queue, "slow")
+        worker = sepp.Worker(client, [queue], 30, auto_extend=True)
+        on_clock(worker, server.clock)
+        extensions = LeaseExtensions()
+        worker.add_observer(extensions)
 
-    @worker.handler("slow")
-    async def slow(payload: object, ctx: sepp.JobCtx) -> None:
-        runs.append(ctx.attempt)
-        await asyncio.sleep(1.5)
+        @worker.handler("slow")
+        async def slow(payload: object, ctx: sepp.JobCtx) -> None:
+            runs.append(ctx.attempt)
+            await done.wait()
 
-    await run_for(worker, lambda: runs and server.counts(queue) == (0, 0, 0, 0))
+        async with worker_running(worker, 5):
+            await until(lambda: runs)
+            for step in range(1, 7):  # 60 s
+                await server.advance(10)
+                await until(lambda n=step: len(extensions.outcomes) == n)
+            assert server.counts(queue).in_flight == 1
+            done.set()
+            await until(lambda: server.counts(queue) == (0, 0, 0, 0))
     assert runs == [1]  # never redelivered while it ran
+    assert extensions.outcomes == ["extended"] * 6
 
 
-async def test_without_auto_extend_the_lease_lapses(
-    server: SeppTestServer, client: sepp.SeppClient
-) -> None:
-    queue = unique_queue()
-    await enqueue(client, queue, "slow")
+async def test_without_auto_extend_the_lease_lapses(clocked: SeppTestServer) -> None:
+    server, queue = clocked, unique_queue()
     attempts: list[int] = []
-    worker = sepp.Worker(client, [queue], 0.4, max_in_flight=2)
+    first_may_end = asyncio.Event()
+    async with connected(server.addr) as client:
+        await enqueue(client, queue, "slow")
+        worker = sepp.Worker(client, [queue], 30, max_in_flight=2)
 
-    @worker.handler("slow")
-    async def slow(payload: object, ctx: sepp.JobCtx) -> None:
-        attempts.append(ctx.attempt)
-        if ctx.attempt == 1:
-            await asyncio.sleep(1.0)
+        @worker.handler("slow")
+        async def slow(payload: object, ctx: sepp.JobCtx) -> None:
+            attempts.append(ctx.attempt)
+            if ctx.attempt == 1:
+                await first_may_end.wait()
 
-    await run_for(worker, lambda: attempts == [1, 2] and server.counts(queue).in_flight == 0)
-    # The second delivery was acked; the first delivery's late ack failed (logged).
+        async with worker_running(worker, 5):
+            await until(lambda: attempts == [1])
+            await server.advance(29.999)
+            assert server.counts(queue).in_flight == 1
+            await server.advance(0.001)
+            await until(lambda: attempts == [1, 2] and server.counts(queue).in_flight == 0)
+            # The second delivery was acked; the first delivery's late ack fails (logged).
+            first_may_end.set()
     assert server.counts(queue) == (0, 0, 0, 0)
 
 
 async def test_lost_lease_cancels_the_handler_and_settles_nothing(
-    server: SeppTestServer, client: sepp.SeppClient, caplog: pytest.LogCaptureFixture
+    clocked: SeppTestServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    queue = unique_queue()
-    await enqueue(client, queue, "slow")
+    server, queue = clocked, unique_queue()
     started = asyncio.Event()
-    finished: list[str] = []
     cancelled: list[str] = []
-    # Extends every 1 s, but the lease is 0.3 s: it lapses, a thief reserves the job, and
-    # the keeper's first extend finds an attempt mismatch.
-    worker = sepp.Worker(client, [queue], 0.3, auto_extend_interval=1.0, max_in_flight=1)
+    async with connected(server.addr) as client:
+        await enqueue(client, queue, "slow")
+        # Extends every 40 s, but the lease is 30 s: it lapses, a thief reserves the job,
+        # and the keeper's first extend finds an attempt mismatch.
+        worker = sepp.Worker(client, [queue], 30, auto_extend_interval=40, max_in_flight=1)
+        on_clock(worker, server.clock)
 
-    @worker.handler("slow")
-    async def slow(payload: object, ctx: sepp.JobCtx) -> None:
-        started.set()
-        try:
-            await asyncio.sleep(5)
-            finished.append(ctx.id)
-        except asyncio.CancelledError:
-            cancelled.append(ctx.id)
-            raise
+        @worker.handler("slow")
+        async def slow(payload: object, ctx: sepp.JobCtx) -> None:
+            started.set()
+            try:
+                await asyncio.Event().wait()  # until cancelled
+            except asyncio.CancelledError:
+                cancelled.append(ctx.id)
+                raise
 
-    caplog.set_level(logging.INFO, "sepp_lite")
-    async with worker_running(worker, 5):
-        await asyncio.wait_for(started.wait(), 5)
-        stolen = None
-        for _ in range(50):
-            stolen = await client.reserve(sepp.ReserveOptions([queue], 30, wait_timeout=0.2))
-            if stolen:
-                break
-        assert stolen is not None and stolen[0].ctx.attempt == 2
-        await until(lambda: cancelled)
-        assert not finished
-        # Still in flight under the thief's attempt 2: the cancelled handler acked nothing.
-        assert server.counts(queue) == (0, 0, 1, 0)
-        await client.ack(stolen[0].ctx)
+        caplog.set_level(logging.INFO, "sepp_lite")
+        async with worker_running(worker, 5):
+            await asyncio.wait_for(started.wait(), 5)
+            await server.advance(30)
+            [stolen] = await client.reserve(sepp.ReserveOptions([queue], 30, wait_timeout=1))
+            assert stolen.ctx.attempt == 2
+            assert not cancelled  # the keeper has not looked yet
+            await server.advance(10)
+            await until(lambda: cancelled)
+            # Still in flight under the thief's attempt 2: the cancelled handler acked nothing.
+            assert server.counts(queue) == (0, 0, 1, 0)
+            await client.ack(stolen.ctx)
     # Logged once, by the lease keeper that found it lost.
-    about = [r for r in caplog.records if stolen[0].ctx.id in r.getMessage()]
+    about = [r for r in caplog.records if stolen.ctx.id in r.getMessage()]
     assert [(r.levelname, r.getMessage().split(" (")[0]) for r in about] == [
-        ("ERROR", f"job {stolen[0].ctx.id}: lease lost")
+        ("ERROR", f"job {stolen.ctx.id}: lease lost")
     ]
 
 
