@@ -230,19 +230,20 @@ class Coalescer:
 
     # -- calls that wait for a batch ----------------------------------------------------
 
-    async def enqueue(self, encode: Callable[[], bytes], keyed: bool, deadline_at: float) -> Result:
-        """Wait for room, encode the job with ``encode()`` (in the caller's context),
-        and return its result once its batch is answered; raise what the batch's call
-        raised, or the caller's own deadline error."""
+    async def take_room(self, deadline_at: float) -> None:
+        """A waiting slot for the caller's job, at once when one is free; else wait for
+        one (in arrival order), or fail at ``deadline_at``, unsent. The caller encodes
+        its job after this (in its own span), then hands it to :meth:`enqueue`, or
+        gives the slot back with :meth:`release_room` if it cannot."""
         if self.waiting >= self._max_waiting or self._room:
             await self._wait_for_room(deadline_at)
         else:
             self.waiting += 1
-        try:
-            part = encode()
-        except BaseException:
-            self._release_room()
-            raise
+
+    async def enqueue(self, part: bytes, keyed: bool, deadline_at: float) -> Result:
+        """The encoded job ``part``, in the slot :meth:`take_room` gave: its result once
+        its batch is answered; raise what the batch's call raised, or the caller's own
+        deadline error."""
         entry = _Entry(part, deadline_at, asyncio.get_running_loop().create_future())
         lane = self._lanes[keyed]
         lane.add(entry)
@@ -265,7 +266,7 @@ class Coalescer:
             entry.taken = True
             lane.count -= 1
             lane.bytes -= len(entry.part)
-            self._release_room()
+            self.release_room()
             return
         batch = entry.batch
         if batch is not None and entry.future.cancelled():  # else it was counted out
@@ -292,7 +293,7 @@ class Coalescer:
                 with contextlib.suppress(ValueError):
                     self._room.remove(waiter)
             elif waiter.exception() is None:
-                self._release_room()  # woken with a slot, then cancelled: pass it on
+                self.release_room()  # woken with a slot, then cancelled: pass it on
             raise
         finally:
             timer.cancel()
@@ -302,7 +303,7 @@ class Coalescer:
             self._room.remove(waiter)
             waiter.set_exception(self._deadline_error(sent=False))
 
-    def _release_room(self) -> None:
+    def release_room(self) -> None:
         self.waiting -= 1
         self._wake_room()
 

@@ -447,11 +447,13 @@ class SeppClient:
         with _otel.client_span("sepp.enqueue", {"sepp.batch_size": 1}):
             if refused:
                 return refused[0]
-            return await coalescer.enqueue(
-                lambda: encode_enqueue_batch_request(batch, _injected_trace()),
-                bool(job.idempotency_key),
-                deadline_at,
-            )
+            await coalescer.take_room(deadline_at)
+            try:
+                part = encode_enqueue_batch_request(batch, _injected_trace())
+            except BaseException:
+                coalescer.release_room()
+                raise
+            return await coalescer.enqueue(part, bool(job.idempotency_key), deadline_at)
 
     async def enqueue_atomic(self, jobs: Iterable[EnqueueRequest]) -> list[EnqueueAck]:
         """Enqueue all jobs or none: on success one ack per job, in order; if any job is

@@ -709,6 +709,43 @@ def test_the_coalescer_sends_through_the_clients_one_call_path() -> None:
     assert "uses map_failure" in " ".join(call_path_uses("sepp_lite.client"))
 
 
+def callbacks_handed_to(receiver: str, source: str) -> list[str]:
+    """The lambdas and nested functions ``source`` passes to a method of ``receiver``
+    (an attribute or a name): code of the caller's that would run inside the callee."""
+    tree = ast.parse(source)
+    nested = {
+        inner.name
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+        for inner in ast.walk(node)
+        if inner is not node and isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        target = node.func.value
+        if getattr(target, "attr", None) != receiver and getattr(target, "id", None) != receiver:
+            continue
+        for argument in [*node.args, *(k.value for k in node.keywords)]:
+            if isinstance(argument, ast.Lambda) or (
+                isinstance(argument, ast.Name) and argument.id in nested
+            ):
+                found.append(f"line {node.lineno}: {ast.unparse(node.func)}")
+    return found
+
+
+def test_the_enqueue_path_reads_top_to_bottom() -> None:
+    """The client takes a slot, encodes its job and hands the coalescer its bytes; it
+    hands it no closure to call back (issue 39: an enqueue went client, coalescer,
+    client's encode closure, coalescer)."""
+    source = (PACKAGE / "client.py").read_text()
+    assert callbacks_handed_to("coalescer", source) == []
+    assert callbacks_handed_to("coalescer", "c.coalescer.enqueue(lambda: b'', True, 1.0)")
+    nested = "def f(coalescer):\n    def g(): ...\n    coalescer.enqueue(g)\n"
+    assert callbacks_handed_to("coalescer", nested) == ["line 3: coalescer.enqueue"]
+
+
 # -- worker.py: the lease keeper reaches the Worker through a seam ---------------------------
 
 
