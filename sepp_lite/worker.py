@@ -809,7 +809,7 @@ class Worker:
             )
             return
         lease = ctx.lease
-        if lease is not None and self._clock.now_ms() >= lease.known_expiry_ms:
+        if lease is not None and self._keeping.clock.now_ms() >= lease.known_expiry_ms:
             # The server has taken it back already (its nack would meet NOT_FOUND, or a
             # newer attempt's lease).
             logger.info("job %s not handed back: its lease has expired", ctx.id)
@@ -1085,6 +1085,16 @@ class Worker:
             if not (run.settling or run.given_up is not None or _released(run.job.ctx))
         ]
         await asyncio.gather(*(extend(run) for run in holding))
+
+
+def keep_leases_by(worker: Worker, clock: Clock) -> None:
+    """Keep ``worker``'s leases by ``clock`` from its next ``run()`` on: its lease
+    keeper's timers, and a lease's known expiry read against it. The wall clock unless
+    the test tools set the in-process server's clock (``run_until_drained``,
+    ``Tasks.worker(periodic_clock=...)``), whose leases the server expires by that clock;
+    a Worker takes no clock in its signature. A running worker goes on by its clock
+    until its next ``run()``."""
+    worker._clock = clock
 
 
 class _Keeping(NamedTuple):

@@ -103,9 +103,11 @@ async def worker_running(worker: Any, timeout: float = 20.0) -> AsyncIterator[as
 def on_clock(worker: Any, clock: Any) -> None:
     """Keep ``worker``'s leases by ``clock`` (the in-process server's ``ManualClock``),
     before its ``run()``: its lease keeper then extends when the test moves the clock, as
-    the server expires them. A Worker takes no clock in its signature; tests set it
-    here, in one place."""
-    worker._clock = clock
+    the server expires them. A Worker takes no clock in its signature: this is the test
+    tools' seam (``run_until_drained`` and ``Tasks.worker(periodic_clock=...)`` use it)."""
+    from sepp_lite.worker import keep_leases_by
+
+    keep_leases_by(worker, clock)
 
 
 def until_sync(predicate: Callable[[], object], timeout: float = 10.0, step: float = 0.01) -> None:

@@ -148,6 +148,29 @@ async def test_periodic_jobs_are_ordinary_jobs_middleware_retries_dead_letters()
             assert {r.cause for r in dead} == {DeadLetterCause.ATTEMPTS_EXHAUSTED}
 
 
+async def test_the_periodic_clock_is_the_lease_keepers_too() -> None:
+    """A worker built with ``periodic_clock`` keeps its leases by that clock too, as the
+    server expires them: a job handed back at shutdown is handed back, where the wall
+    clock, months past the server's, took its lease for expired and left it."""
+    queue = unique_queue()
+    tasks = Tasks(queue=queue)
+    started = asyncio.Event()
+
+    @tasks.task
+    async def slow(text: str) -> None:
+        started.set()
+        await asyncio.Event().wait()  # until shutdown gives up on it
+
+    clock = ManualClock(ms(START))
+    async with SeppTestServer(clock=clock) as server:
+        async with await SeppClient.connect(server.addr) as client:
+            await slow.enqueue(client, "x")
+            worker = tasks.worker(client, periodic_clock=clock, shutdown_timeout=0.1)
+            async with worker_running(worker, 10):
+                await asyncio.wait_for(started.wait(), 10)
+            assert tuple(server.counts(queue)) == (1, 0, 0, 0)  # ready again, not in flight
+
+
 async def test_a_worker_without_periodic_only_consumes() -> None:
     queue = unique_queue()
     tasks = Tasks(queue=queue)

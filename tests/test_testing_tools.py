@@ -22,7 +22,14 @@ from sepp_lite.testing import (
     SeppTestServer,
     run_until_drained,
 )
-from tests.client_helpers import job, opts, run_on_own_loop, unique_queue, worker_running
+from tests.client_helpers import (
+    job,
+    opts,
+    run_on_own_loop,
+    unique_queue,
+    until,
+    worker_running,
+)
 from tests.server_helpers import START_MS, enqueue_ids, lease_req, make_state, reserve_req
 from tests.server_helpers import job as state_job
 
@@ -248,6 +255,47 @@ async def test_what_run_raises_is_raised(manual: Server) -> None:
             await asyncio.sleep(0)  # run() has begun
             with pytest.raises(RuntimeError, match="already running"):
                 await run_until_drained(worker, manual, timeout=5)
+
+
+class _Extensions(sepp.WorkerObserver):
+    def __init__(self) -> None:
+        self.outcomes: list[str] = []
+
+    def lease_extended(self, ctx: sepp.JobCtx, outcome: str) -> None:
+        self.outcomes.append(outcome)
+
+
+async def _advance(server: Server, seconds: float) -> None:
+    if isinstance(server, SeppServerThread):
+        await asyncio.to_thread(server.clock.advance, seconds)
+    else:
+        await server.advance(seconds)
+
+
+async def test_the_workers_lease_keeper_goes_by_the_servers_manual_clock(manual: Server) -> None:
+    """The server expires leases by its manual clock, so the worker's lease keeper keeps
+    time by it too: two leases' worth of that clock pass in a handler, the keeper extends
+    a third of the way to each expiry (once a step), and the job runs once. On the wall
+    clock the keeper saw every lease of a clock set in the past as due at once."""
+    queue = unique_queue("lease")
+    runs: list[int] = []
+    extensions = _Extensions()
+    async with await sepp.SeppClient.connect(manual.addr) as client:
+        await client.enqueue(job(queue, "slow"))
+        worker = sepp.Worker(client, [queue], lease_duration=30, auto_extend=True)
+        worker.add_observer(extensions)
+
+        @worker.handler("slow")
+        async def slow(payload: Optional[sepp.Payload], ctx: sepp.JobCtx) -> None:
+            runs.append(ctx.attempt)
+            for step in range(1, 7):  # 60 s, 10 s a step
+                await _advance(manual, 10)
+                await until(lambda n=step: len(extensions.outcomes) >= n)  # type: ignore[misc]
+
+        await run_until_drained(worker, manual, timeout=20)
+    assert runs == [1]
+    assert extensions.outcomes == ["extended"] * 6
+    assert _counts(manual, queue) == (0, 0, 0, 0)
 
 
 def test_the_server_counts_its_connections_and_the_worker_names_its_queues() -> None:

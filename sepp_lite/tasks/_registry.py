@@ -27,7 +27,7 @@ from sepp_lite.tasks._signature import job_type_of, shape_of
 from sepp_lite.tasks._task import Middleware, Options, Retry, Task
 from sepp_lite.tasks._workflow import HandOff
 from sepp_lite.types import JobCtx, Priority
-from sepp_lite.worker import DuplicateHandlerError, Worker
+from sepp_lite.worker import DuplicateHandlerError, Worker, keep_leases_by
 
 if TYPE_CHECKING:
     from sepp_lite.client import SeppClient
@@ -327,7 +327,8 @@ class Tasks:
         enqueued, unless ``periodic=False`` (a pool that only consumes); it still skips
         their misfired slots. ``dedup_window`` is the server's (24 h by default): a
         look-ahead plus grace beyond it raises ``ValueError`` here. ``periodic_clock``
-        is for tests: the in-process server's manual clock."""
+        is for tests: the in-process server's manual clock, which the worker's lease
+        keeper then keeps time by too."""
         chosen = self.queues if queues is None else list(queues)
         unknown = [queue for queue in chosen if queue not in self.queues]
         if unknown:
@@ -343,6 +344,8 @@ class Tasks:
             clock=periodic_clock,
         )
         worker = TaskWorker(self, client, chosen, lease, **options)
+        if periodic_clock is not None:
+            keep_leases_by(worker, periodic_clock)  # the server's, as its leases are
         worker.scheduler = scheduler if periodic else None
         hand_off = HandOff(client, self._step_codec)
         for task in self._tasks.values():

@@ -4,14 +4,16 @@ nothing ready, in flight or scheduled, moving a manual clock over the waits."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable
 from typing import Callable, Optional, Union
 
+from sepp_lite._clock import Clock, TimerHandle
 from sepp_lite.testing._clock import ManualClock
 from sepp_lite.testing._server import SeppTestServer
 from sepp_lite.testing._state import Backlog
 from sepp_lite.testing._thread import SeppServerThread
-from sepp_lite.worker import Worker
+from sepp_lite.worker import Worker, keep_leases_by
 
 __all__ = ["run_until_drained"]
 
@@ -37,7 +39,8 @@ async def run_until_drained(
     the wall clock it waits for it. Jobs in flight that the worker does not hold (a
     test reserved them) are waited for until they are settled or their leases expire.
     Unlike ``run(until_idle=True)``, it sees scheduled jobs, and it works with a
-    manual clock (whose long polls end only when the clock moves).
+    manual clock (whose long polls end only when the clock moves); the worker's lease
+    keeper then keeps time by that clock too, as the server expires the leases.
 
     Returns early when ``run()`` returns on its own (a handler shut the worker
     down); raises what ``run()`` raises, and ``asyncio.TimeoutError`` naming what is
@@ -46,6 +49,9 @@ async def run_until_drained(
     queues = worker.queues
     step = _stepper(server, queues)
     loop = asyncio.get_running_loop()
+    clock = _lease_clock(server, loop)
+    if clock is not None:
+        keep_leases_by(worker, clock)  # the server expires its leases by that clock
     deadline = loop.time() + timeout
     run = asyncio.ensure_future(worker.run())
     shutdown = worker.shutdown_handle()
@@ -65,6 +71,53 @@ async def run_until_drained(
         if not run.done():
             run.cancel()
             await asyncio.gather(run, return_exceptions=True)
+
+
+def _lease_clock(
+    server: Union[SeppTestServer, SeppServerThread], loop: asyncio.AbstractEventLoop
+) -> Optional[Clock]:
+    """The server's clock for the worker's lease keeper when it is manual (the wall
+    clock is the worker's own already); for a server on its own thread, that clock as
+    seen from the worker's loop."""
+    if isinstance(server, SeppServerThread):
+        return _ClockAcross(server, loop) if server.clock.manual else None
+    return server.clock if isinstance(server.clock, ManualClock) else None
+
+
+class _ClockAcross:
+    """The manual clock of a :class:`SeppServerThread`, for a worker on another loop:
+    read and armed on the server's thread (where ``advance`` runs its timers), each
+    timer's callback run back on the worker's loop."""
+
+    def __init__(self, server: SeppServerThread, loop: asyncio.AbstractEventLoop) -> None:
+        self._server = server
+        self._loop = loop
+
+    def now_ms(self) -> int:
+        return self._server.clock.now_ms()
+
+    def call_at(self, deadline_ms: int, callback: Callable[[], None]) -> TimerHandle:
+        loop = self._loop
+
+        def on_the_worker_loop() -> None:
+            with contextlib.suppress(RuntimeError):  # the worker's loop has closed
+                loop.call_soon_threadsafe(callback)
+
+        clock = self._server.server.clock
+        timer: TimerHandle = self._server.call(clock.call_at, deadline_ms, on_the_worker_loop)
+        return _TimerAcross(self._server, timer)
+
+
+class _TimerAcross:
+    """A timer of :class:`_ClockAcross`, cancelled on the server's thread."""
+
+    def __init__(self, server: SeppServerThread, timer: TimerHandle) -> None:
+        self._server = server
+        self._timer = timer
+
+    def cancel(self) -> None:
+        with contextlib.suppress(RuntimeError):  # the server has stopped: nothing runs
+            self._server.call(self._timer.cancel)
 
 
 def _stepper(server: Union[SeppTestServer, SeppServerThread], queues: list[str]) -> Step:
