@@ -28,7 +28,6 @@ from tests.client_helpers import (
     until,
     worker_running,
 )
-from tests.fault_helpers import running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -324,7 +323,7 @@ async def test_an_unknown_type_outlives_15_minutes_of_workers_without_its_handle
             view = server.state.job(job_id)
             return view is not None and view.state == "scheduled" and view.attempt == attempt
 
-        async with running(lacking.run()) as run:
+        async with worker_running(lacking, 5):
             await until(lambda: waiting(2))  # its first attempt: 5 minutes
             await server.advance(299.999)
             assert waiting(2)
@@ -332,8 +331,6 @@ async def test_an_unknown_type_outlives_15_minutes_of_workers_without_its_handle
             await until(lambda: waiting(3))  # its second: 10 minutes
             await server.advance(599.999)
             assert waiting(3)
-            lacking.shutdown_handle().shutdown()
-            await asyncio.wait_for(run, 5)
         # 15 minutes on, a worker that has the handler runs it, on its last attempt.
         ran: list[int] = []
         knowing = sepp.Worker(client, [queue], 30)
@@ -342,11 +339,9 @@ async def test_an_unknown_type_outlives_15_minutes_of_workers_without_its_handle
         async def report(payload: object, ctx: sepp.JobCtx) -> None:
             ran.append(ctx.attempt)
 
-        async with running(knowing.run()) as run:
+        async with worker_running(knowing, 5):
             await server.advance(0.001)
             await until(lambda: server.state.job(job_id) is None)
-            knowing.shutdown_handle().shutdown()
-            await asyncio.wait_for(run, 5)
     assert ran == [3]
     assert server.state.dead_letters(queue) == []
 
@@ -370,7 +365,7 @@ async def test_unknown_type_delay_grows_to_the_server_horizon_and_repeats_its_li
                 return [v.due_ms - now if v and v.due_ms else None for v in views]
 
             with caplog.at_level(logging.INFO, "sepp_lite"):
-                async with running(worker.run()) as run:
+                async with worker_running(worker, 5):
                     await until(lambda: due_in() == [10_000] * 3)
                     await asyncio.sleep(0.25)  # the line's minute passes
                     await server.advance(10)
@@ -378,8 +373,6 @@ async def test_unknown_type_delay_grows_to_the_server_horizon_and_repeats_its_li
                     lines = unhandled_lines(caplog, "late")
                     await server.advance(20)
                     await until(lambda: due_in() == [25_000] * 3)  # the server's horizon
-                    worker.shutdown_handle().shutdown()
-                    await asyncio.wait_for(run, 5)
     assert len(lines) == 2, lines
     assert lines[0].endswith("(attempt 1/5) goes back to wait 10 s before attempt 2")
     assert lines[1].endswith(
@@ -563,13 +556,13 @@ async def test_shutdown_waits_for_slow_handlers(
         await asyncio.sleep(0.5)
         finished += 1
 
-    task = asyncio.ensure_future(worker.run())
-    # The worker's own count: the server counts a job in flight as soon as it leases
-    # it, before its answer reaches the worker (a shutdown then cancels that reserve).
-    await until(lambda: worker.in_flight == 2)
-    worker.shutdown_handle().shutdown()
-    assert worker.shutdown_handle().is_shutdown
-    await asyncio.wait_for(task, 5)
+    async with worker_running(worker, 5) as task:
+        # The worker's own count: the server counts a job in flight as soon as it leases
+        # it, before its answer reaches the worker (a shutdown then cancels that reserve).
+        await until(lambda: worker.in_flight == 2)
+        worker.shutdown_handle().shutdown()
+        assert worker.shutdown_handle().is_shutdown
+        await asyncio.wait_for(task, 5)
     assert finished == 2 and server.counts(queue) == (0, 0, 0, 0)
 
 
@@ -595,12 +588,12 @@ async def test_bounded_shutdown_cancels_and_hands_the_jobs_back(
     async def quick(payload: object, ctx: object) -> None:
         await asyncio.sleep(0.1)
 
-    task = asyncio.ensure_future(worker.run())
-    await until(lambda: worker.in_flight == 3)
     loop = asyncio.get_running_loop()
-    begun = loop.time()
-    worker.shutdown_handle().shutdown()
-    await asyncio.wait_for(task, 5)
+    async with worker_running(worker, 5) as task:
+        await until(lambda: worker.in_flight == 3)
+        begun = loop.time()
+        worker.shutdown_handle().shutdown()
+        await asyncio.wait_for(task, 5)
     assert 0.25 <= loop.time() - begun < 2.0
     assert cancelled == 2
     # The quick job was acked; the slow ones are ready again at once, long before their
@@ -648,11 +641,11 @@ async def test_jobs_reserved_as_shutdown_comes_are_run_or_handed_back(
     async def handler(payload: object, ctx: sepp.JobCtx) -> None:
         seen.append(ctx.id)
 
-    task = asyncio.ensure_future(worker.run())
-    await asyncio.sleep(0.2)  # the long poll is outstanding
-    [job_id] = await enqueue(client, queue, "t")
-    handle.shutdown()  # same loop step as the reserve's answer, or just after it
-    await asyncio.wait_for(task, 5)
+    async with worker_running(worker, 5) as task:
+        await asyncio.sleep(0.2)  # the long poll is outstanding
+        [job_id] = await enqueue(client, queue, "t")
+        handle.shutdown()  # same loop step as the reserve's answer, or just after it
+        await asyncio.wait_for(task, 5)
     view = server.state.job(job_id)
     if view is None:  # its handler ran before shutdown came
         assert seen == [job_id] and server.counts(queue) == (0, 0, 0, 0)
@@ -723,11 +716,9 @@ async def test_reserve_errors_back_off_and_never_stop_the_worker(
         server.script("Reserve", *status_errors(transient))
         worker = sepp.Worker(client, ["q"], 10, reserve_error_backoff=0.05)
         with caplog.at_level(logging.WARNING, "sepp_lite"):
-            task = asyncio.ensure_future(worker.run())
-            await asyncio.sleep(0.5)
-            assert not task.done()
-            worker.shutdown_handle().shutdown()
-            await asyncio.wait_for(task, 5)
+            async with worker_running(worker, 5) as task:
+                await asyncio.sleep(0.5)
+                assert not task.done()
         failures = [r for r in caplog.records if r.getMessage().startswith("reserve failed")]
         assert 3 <= len(failures) <= 12
 
@@ -745,23 +736,21 @@ async def test_worker_survives_a_server_restart() -> None:
     async def handler(payload: object, ctx: sepp.JobCtx) -> None:
         handled.append(ctx.id)
 
-    task = asyncio.ensure_future(worker.run())
     second: SeppTestServer | None = None
     try:
-        await enqueue(client, queue, "t")
-        await until(lambda: len(handled) == 1)
-        await first.stop()
-        await asyncio.sleep(0.4)  # the worker's reserves fail meanwhile
-        assert not task.done()
-        second = SeppTestServer(port=port)
-        await second.start()
-        # The client reconnects once its backoff (about 1 s after a failed connect,
-        # growing) has passed; the worker's reserves fail at once meanwhile.
-        await once_reconnected(lambda: enqueue(client, queue, "t"))
-        await until(lambda: len(handled) == 2)
+        async with worker_running(worker, 5) as task:
+            await enqueue(client, queue, "t")
+            await until(lambda: len(handled) == 1)
+            await first.stop()
+            await asyncio.sleep(0.4)  # the worker's reserves fail meanwhile
+            assert not task.done()
+            second = SeppTestServer(port=port)
+            await second.start()
+            # The client reconnects once its backoff (about 1 s after a failed connect,
+            # growing) has passed; the worker's reserves fail at once meanwhile.
+            await once_reconnected(lambda: enqueue(client, queue, "t"))
+            await until(lambda: len(handled) == 2)
     finally:
-        worker.shutdown_handle().shutdown()
-        await asyncio.wait_for(task, 5)
         await client.close()
         await first.stop()
         if second is not None:

@@ -19,16 +19,18 @@ import pytest
 
 import sepp_lite as sepp
 from sepp_lite.tasks import Tasks
-from sepp_lite.testing import SeppTestServer
+from sepp_lite.testing import ManualClock, SeppTestServer
 from tests.client_helpers import (
     HANG,
     JOB_ID,
     ScriptedServer,
     connected,
     job_record,
+    on_clock,
     reserve_reply,
     unique_queue,
     until,
+    worker_running,
 )
 from tests.fault_helpers import running
 
@@ -118,7 +120,7 @@ async def test_jobs_waiting_for_a_thread_go_back_at_once(
         ids = [(await t.enqueue(client, Job(n))).job_id for n in range(3)]
         worker = tasks.worker(client, lease_duration=LEASE_S, max_in_flight=3, sync_threads=1)
     try:
-        async with running(worker.run()) as run:
+        async with worker_running(worker, 10) as run:
             await until(lambda: started.is_set() and server.counts(queue).in_flight == 3)
             worker.shutdown_handle().shutdown()
             # The two waiting for the one thread are ready again while it still runs.
@@ -185,40 +187,45 @@ async def test_a_job_its_handler_settled_is_not_handed_back(
         await asyncio.sleep(30)
 
     with caplog.at_level(logging.WARNING, "sepp_lite"):
-        async with running(worker.run()) as run:
+        async with worker_running(worker, 10):
             await asyncio.wait_for(acked.wait(), 10)
-            worker.shutdown_handle().shutdown()
-            await asyncio.wait_for(run, 10)
     assert view(server, job_id) == ("gone", 0)
     assert (server.state.totals()["acked"], server.state.totals()["nacked"]) == (1, 0)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 async def test_a_job_whose_lease_lapsed_is_not_handed_back(
-    server: SeppTestServer, client: sepp.SeppClient
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    queue = unique_queue()
-    job_id = await enqueue(client, queue, "t")
-    worker = sepp.Worker(client, [queue], 0.3, shutdown_timeout=0.1, max_in_flight=1)
-    started = asyncio.Event()
+    """On the server's manual clock, which the worker keeps its leases by: 30 s of it
+    pass in the handler, and the worker at shutdown knows the lease is gone."""
+    async with SeppTestServer(clock=ManualClock()) as server, connected(server.addr) as client:
+        queue = unique_queue()
+        job_id = await enqueue(client, queue, "t")
+        worker = sepp.Worker(client, [queue], 30, shutdown_timeout=0.1, max_in_flight=1)
+        on_clock(worker, server.clock)
+        started = asyncio.Event()
 
-    @worker.handler("t")
-    async def handle(payload: object, ctx: sepp.JobCtx) -> None:
-        started.set()
-        await asyncio.sleep(30)
+        @worker.handler("t")
+        async def handle(payload: object, ctx: sepp.JobCtx) -> None:
+            started.set()
+            await asyncio.sleep(30)
 
-    async with running(worker.run()) as run:
-        await asyncio.wait_for(started.wait(), 10)
-        # Its lease lapses and another consumer takes the job (attempt 2).
-        options = sepp.ReserveOptions([queue], LEASE_S, wait_timeout=5)
-        jobs = await client.reserve(options)
-        assert jobs is not None and (jobs[0].ctx.id, jobs[0].ctx.attempt) == (job_id, 2)
-        worker.shutdown_handle().shutdown()
-        await asyncio.wait_for(run, 10)
-    # The stopped worker sent no nack: the other consumer's delivery is untouched.
-    assert server.state.totals()["nacked"] == 0
-    assert view(server, job_id) == ("in_flight", 2)
-    await client.ack(jobs[0].ctx)
+        caplog.set_level(logging.INFO, "sepp_lite")
+        async with worker_running(worker, 10):
+            await asyncio.wait_for(started.wait(), 10)
+            await server.advance(29.999)
+            assert view(server, job_id) == ("in_flight", 1)
+            await server.advance(0.001)
+            # Its lease lapsed; another consumer takes the job (attempt 2).
+            options = sepp.ReserveOptions([queue], LEASE_S, wait_timeout=0)
+            jobs = await client.reserve(options)
+            assert jobs is not None and (jobs[0].ctx.id, jobs[0].ctx.attempt) == (job_id, 2)
+        # The stopped worker sent no nack: the other consumer's delivery is untouched.
+        assert server.state.totals()["nacked"] == 0
+        assert view(server, job_id) == ("in_flight", 2)
+        await client.ack(jobs[0].ctx)
+    assert f"job {job_id} not handed back: its lease has expired" in caplog.messages
 
 
 async def test_a_hand_back_the_server_does_not_answer_is_given_up_after_a_second(
@@ -237,7 +244,7 @@ async def test_a_hand_back_the_server_does_not_answer_is_given_up_after_a_second
                 await asyncio.sleep(30)
 
             with caplog.at_level(logging.WARNING, "sepp_lite"):
-                async with running(worker.run()) as run:
+                async with worker_running(worker, 10) as run:
                     await asyncio.wait_for(started.wait(), 10)
                     loop = asyncio.get_running_loop()
                     begun = loop.time()
