@@ -14,9 +14,8 @@ from typing import Any, Optional
 import pytest
 
 import sepp_lite as sepp
-from sepp_lite.testing import SeppTestServer
-from tests.client_helpers import connected, unique_queue, until
-from tests.fault_helpers import running
+from sepp_lite.testing import ManualClock, SeppTestServer
+from tests.client_helpers import connected, on_clock, unique_queue, until, worker_running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -25,9 +24,11 @@ LeaseCall = tuple[str, str, int, str]  # (rpc, job id, attempt, outcome)
 
 @pytest.fixture
 def server_options() -> dict[str, Any]:
-    """conftest.py's ``server`` without dead-letter retention: a job dead-lettered by a
-    failing handler leaves the queue, and its counts go back to all zeros."""
-    return {}
+    """conftest.py's ``server`` without dead-letter retention (a job dead-lettered by a
+    failing handler leaves the queue, and its counts go back to all zeros), on a
+    ``ManualClock``: leases lapse when a test moves it (the workers keep their leases by
+    it too, ``on_clock``), not after fractions of a second of wall time."""
+    return {"clock": ManualClock()}
 
 
 def record_lease_calls(server: SeppTestServer) -> list[LeaseCall]:
@@ -54,12 +55,11 @@ def settles(calls: list[LeaseCall], attempt: int) -> list[LeaseCall]:
 
 
 async def steal(client: sepp.SeppClient, queue: str) -> sepp.Job:
-    """Reserve the job as another consumer once its lease has lapsed."""
-    for _ in range(100):
-        jobs = await client.reserve(sepp.ReserveOptions([queue], 30, wait_timeout=0.2))
-        if jobs:
-            return jobs[0]
-    raise AssertionError("the job was never redelivered")
+    """Reserve the job as another consumer: it is ready again (its lease lapsed, or it
+    was handed back)."""
+    jobs = await client.reserve(sepp.ReserveOptions([queue], 30, wait_timeout=0))
+    assert jobs, "the job is not ready again"
+    return jobs[0]
 
 
 # -- a lost lease ----------------------------------------------------------------------
@@ -83,9 +83,10 @@ async def test_a_handler_that_swallows_cancellation_after_a_lost_lease_settles_n
     started = asyncio.Event()
     cancelled = asyncio.Event()
     finished: list[str] = []
-    # The keeper extends every 1 s but the lease is 0.3 s: it lapses, a thief takes the
+    # The keeper extends every 40 s but the lease is 30 s: it lapses, a thief takes the
     # job, and the keeper's extend finds an attempt mismatch: the lease is lost.
-    worker = sepp.Worker(client, [queue], 0.3, auto_extend_interval=1.0, max_in_flight=1)
+    worker = sepp.Worker(client, [queue], 30, auto_extend_interval=40, max_in_flight=1)
+    on_clock(worker, server.clock)
 
     @worker.handler("slow")
     async def slow(payload: object, ctx: sepp.JobCtx) -> None:
@@ -104,10 +105,13 @@ async def test_a_handler_that_swallows_cancellation_after_a_lost_lease_settles_n
     async def quick(payload: object, ctx: sepp.JobCtx) -> None:
         finished.append(ctx.id)
 
-    async with running(worker.run()) as run:
+    async with worker_running(worker, 5) as run:
         await asyncio.wait_for(started.wait(), 5)
+        await server.advance(30)
         thief = await steal(client, queue)
         assert thief.ctx.attempt == 2
+        assert not cancelled.is_set()  # the keeper has not looked yet
+        await server.advance(10)
         await asyncio.wait_for(cancelled.wait(), 5)
         await until(lambda: job_id in finished)
         await asyncio.sleep(0.1)  # give a settle every chance to go out
@@ -117,8 +121,6 @@ async def test_a_handler_that_swallows_cancellation_after_a_lost_lease_settles_n
         other = await client.enqueue(sepp.EnqueueRequest(queue, "quick"))
         await until(lambda: other.job_id in finished)
         assert not run.done()
-        worker.shutdown_handle().shutdown()
-        await asyncio.wait_for(asyncio.shield(run), 5)
     await client.ack(thief.ctx)  # the thief's delivery was never disturbed
     assert settles(calls, attempt=1) == [("ack", other.job_id, 1, "ok")]
     assert server.counts(queue) == (0, 0, 0, 0)
@@ -135,26 +137,28 @@ async def test_a_raising_handler_whose_lease_lapsed_is_fenced_by_the_server(
     job_id = (await client.enqueue(sepp.EnqueueRequest(queue, "t"))).job_id
     raised: list[int] = []
     started = asyncio.Event()
-    worker = sepp.Worker(client, [queue], 0.3, max_in_flight=1)
+    lapsed = asyncio.Event()
+    worker = sepp.Worker(client, [queue], 30, max_in_flight=1)
+    on_clock(worker, server.clock)
 
     @worker.handler("t")
     async def handler(payload: object, ctx: sepp.JobCtx) -> None:
         started.set()
         if ctx.attempt == 1:
-            await asyncio.sleep(0.8)
+            await lapsed.wait()
         raised.append(ctx.attempt)
         raise sepp.HandlerError.permanent("give up")
 
-    async with running(worker.run()) as run:
+    async with worker_running(worker, 5) as run:
         await asyncio.wait_for(started.wait(), 5)
+        await server.advance(30)
         thief = await steal(client, queue)
         assert thief.ctx.attempt == 2
+        lapsed.set()
         await until(lambda: raised == [1])
         await until(lambda: len(settles(calls, 1)) == 1)
         assert settles(calls, 1) == [("nack", job_id, 1, "RpcError")]  # fenced off
         assert not run.done()
-        worker.shutdown_handle().shutdown()
-        await asyncio.wait_for(asyncio.shield(run), 5)
     assert server.state.job(job_id) is not None  # still the thief's, in flight
     assert await client.nack(thief.ctx, sepp.RetryDirective.dead_letter()) is True
     errors = [r.getMessage() for r in caplog.records if r.name == "sepp_lite"]
@@ -181,8 +185,9 @@ async def test_bounded_shutdown_returns_on_time_and_the_job_is_handed_back(
     release = asyncio.Event()
     handler_tasks: list[Optional[asyncio.Task[Any]]] = []
     worker = sepp.Worker(
-        client, [queue], 0.6, max_in_flight=2, shutdown_timeout=0.3, auto_extend=auto_extend
+        client, [queue], 30, max_in_flight=2, shutdown_timeout=0.3, auto_extend=auto_extend
     )
+    on_clock(worker, server.clock)
 
     @worker.handler("hang")
     async def hang(payload: object, ctx: sepp.JobCtx) -> None:
@@ -195,7 +200,7 @@ async def test_bounded_shutdown_returns_on_time_and_the_job_is_handed_back(
                 if not swallows:
                     raise
 
-    async with running(worker.run()) as run:
+    async with worker_running(worker, 5) as run:
         await asyncio.wait_for(started.wait(), 5)
         loop = asyncio.get_running_loop()
         begun = loop.time()
@@ -215,7 +220,12 @@ async def test_bounded_shutdown_returns_on_time_and_the_job_is_handed_back(
     # stopped has its job handed back at once; one that did not, keeps it.
     assert settles(calls, 1) == ([] if swallows else [("nack", hung_id, 1, "ok")])
     assert ("extend", hung_id, 1, "ok") in calls
-    # Handed back, or once the lease lapses, the job is redelivered to the next consumer.
+    # Handed back, or once the lease (extended at shutdown) lapses, the job is
+    # redelivered to the next consumer.
+    if swallows:
+        await server.advance(29.999)
+        assert server.counts(queue).in_flight == 1
+        await server.advance(0.001)
     async with connected(server.addr) as other:
         thief = await steal(other, queue)
         assert (thief.ctx.id, thief.ctx.attempt) == (hung_id, 2)
@@ -240,20 +250,25 @@ async def test_a_handler_raising_cancelled_error_itself_leaves_the_job_to_its_le
     calls = record_lease_calls(server)
     job_id = (await client.enqueue(sepp.EnqueueRequest(queue, "t"))).job_id
     attempts: list[int] = []
-    worker = sepp.Worker(client, [queue], 0.4, max_in_flight=1)
+    worker = sepp.Worker(client, [queue], 30, max_in_flight=1)
+    on_clock(worker, server.clock)
+    ended = asyncio.Event()
 
     @worker.handler("t")
     async def handler(payload: object, ctx: sepp.JobCtx) -> None:
         attempts.append(ctx.attempt)
         if ctx.attempt == 1:
+            asyncio.get_running_loop().call_soon(ended.set)
             raise asyncio.CancelledError()
 
-    async with running(worker.run()) as run:
+    async with worker_running(worker, 5) as run:
+        await asyncio.wait_for(ended.wait(), 5)
+        await server.advance(29.999)
+        assert attempts == [1] and server.counts(queue).in_flight == 1  # no settle
+        await server.advance(0.001)
         await until(lambda: attempts == [1, 2], timeout=5)
         await until(lambda: server.counts(queue) == (0, 0, 0, 0))
         assert not run.done()
-        worker.shutdown_handle().shutdown()
-        await asyncio.wait_for(asyncio.shield(run), 5)
     assert settles(calls, 1) == []
     assert settles(calls, 2) == [("ack", job_id, 2, "ok")]
     assert server.state.totals()["lease_expired"] == 1
