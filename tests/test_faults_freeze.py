@@ -20,8 +20,15 @@ import sepp_lite as sepp
 from sepp_lite import TransportError
 from sepp_lite._retry import is_retryable
 from sepp_lite.errors import Status
-from tests.client_helpers import connected, elapsed, once_reconnected, unique_queue, until
-from tests.fault_helpers import ServerProcess, running
+from tests.client_helpers import (
+    connected,
+    elapsed,
+    once_reconnected,
+    unique_queue,
+    until,
+    worker_running,
+)
+from tests.fault_helpers import ServerProcess
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -136,7 +143,7 @@ async def test_worker_rides_out_a_freeze_and_processes_everything(
                 await release.wait()  # these two finish while the server is frozen
 
         ids = [(await producer.enqueue(sepp.EnqueueRequest(queue, "t"))).job_id for _ in range(2)]
-        async with running(worker.run()) as run:
+        async with worker_running(worker, 10) as run:
             await until(lambda: len(handled) == 2)
             process.freeze()
             release.set()  # their acks go to the frozen server and fail

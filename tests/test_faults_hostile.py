@@ -64,6 +64,7 @@ from tests.client_helpers import (
     reserve_reply,
     server_info_bytes,
     until,
+    worker_running,
 )
 from tests.fault_helpers import (
     Abort,
@@ -79,7 +80,6 @@ from tests.fault_helpers import (
     Reset,
     Sleep,
     grpc_ok,
-    running,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -440,7 +440,7 @@ async def test_worker_survives_a_garbage_reserve_and_skips_malformed_jobs(
         async def handler(payload: object, ctx: sepp_lite.JobCtx) -> None:
             handled.append(ctx.id)
 
-        async with running(worker.run()) as task:
+        async with worker_running(worker, 10) as task:
             await until(lambda: len(queue.acked) == 3 or task.done(), timeout=10)
             assert not task.done(), task
             worker.shutdown_handle().shutdown()

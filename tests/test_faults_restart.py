@@ -21,7 +21,7 @@ import pytest
 import sepp_lite as sepp
 from sepp_lite import EnqueueAck, RetryPolicy, SeppClient, TransportError
 from sepp_lite._retry import is_retryable
-from tests.client_helpers import connected, once_reconnected, unique_queue, until
+from tests.client_helpers import connected, once_reconnected, unique_queue, until, worker_running
 from tests.fault_helpers import RestartableServer, ServerProcess, running
 
 pytestmark = pytest.mark.timeout(60)
@@ -277,7 +277,7 @@ async def test_work_resumes_after_a_server_process_is_killed(
             async def handler(payload: object, ctx: sepp.JobCtx) -> None:
                 handled.append(ctx.id)
 
-            async with running(worker.run()) as run:
+            async with worker_running(worker, 10) as run:
                 first = [await producer.enqueue(sepp.EnqueueRequest(queue, "t")) for _ in range(5)]
                 await until(lambda: len(handled) == 5)
                 process.kill()  # SIGKILL: its in-memory jobs are gone

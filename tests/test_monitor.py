@@ -17,7 +17,7 @@ import sepp_lite as sepp
 from sepp_lite import _httpd
 from sepp_lite.monitor import WorkerMonitor, serve_endpoints
 from sepp_lite.testing import SeppTestServer
-from tests.client_helpers import unique_queue, until, until_sync
+from tests.client_helpers import unique_queue, until, until_sync, worker_running
 from tests.fault_helpers import RestartableServer, running
 from tests.http_helpers import get, get_blocking, samples, wait_for_status
 
@@ -43,7 +43,7 @@ async def test_readyz_from_start_through_shutdown_to_stop(client: sepp.SeppClien
         answer = await get(url)
         assert (answer.status, answer.body) == (503, "not ready: the worker is not running yet\n")
         assert answer.headers["content-type"] == "text/plain; charset=utf-8"
-        async with running(worker.run()) as run:
+        async with worker_running(worker, 10) as run:
             # The queue is empty: the long poll has not answered, the probe has.
             answer = await wait_for_status(url, 200)
             assert answer.body == f"ready: worker {worker.worker_id} is reserving\n"
@@ -66,7 +66,10 @@ async def test_readyz_503_while_the_server_is_down_and_200_when_it_is_back() -> 
             worker = sepp.Worker(
                 client, [queue], lease_duration=30, wait_timeout=5, reserve_error_backoff=0.1
             )
-            async with serve_endpoints(worker, "127.0.0.1:0") as endpoints, running(worker.run()):
+            async with (
+                serve_endpoints(worker, "127.0.0.1:0") as endpoints,
+                worker_running(worker, 10),
+            ):
                 url = endpoints.url + "/readyz"
                 await wait_for_status(url, 200)
                 await server.crash()
@@ -152,7 +155,7 @@ async def test_livez_503_with_the_lag_while_a_handler_blocks_the_loop(
         assert (answer.status, answer.body) == (200, "live: event loop lag 0.000 s\n")
         loop = asyncio.get_running_loop()
         probed = loop.run_in_executor(None, probe_while_blocked, url)
-        async with running(worker.run()):
+        async with worker_running(worker, 10):
             await enqueue(client, queue, "block")
             _, body, status = await asyncio.wait_for(probed, 30)
             assert status == 503
@@ -290,7 +293,7 @@ async def test_monitor_checks_without_http(client: sepp.SeppClient) -> None:
     async with WorkerMonitor(worker, max_loop_lag=2, metrics=False) as monitor:
         assert monitor.readiness() == (False, "not ready: the worker is not running yet")
         assert monitor.liveness().ok and monitor.max_loop_lag == 2
-        async with running(worker.run()):
+        async with worker_running(worker, 10):
             await until(lambda: monitor.readiness().ok)
     with pytest.raises(ValueError, match="max_loop_lag"):
         WorkerMonitor(worker, max_loop_lag=0)
