@@ -26,7 +26,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from sepp_lite import EnqueueRequest, ReserveOptions, TraceContext, Worker, _otel
 from sepp_lite.testing import SeppTestServer
-from tests.client_helpers import connected, unique_queue
+from tests.client_helpers import connected, unique_queue, worker_running
 from tests.otel_helpers import Telemetry, ids, link_targets, telemetry, traceparent_of
 
 pytestmark = pytest.mark.timeout(30)
@@ -100,12 +100,8 @@ async def test_a_sepp_lite_producer_decodes_and_links_in_sepp_py(
             done.set()
 
         worker.handle("t", handle)
-        run = asyncio.ensure_future(worker.run())
-        try:
+        async with worker_running(worker, 10):  # sepp-py's Worker has the same run/stop
             await asyncio.wait_for(done.wait(), 10)
-        finally:
-            worker.shutdown_handle().shutdown()
-            await asyncio.wait_for(run, 10)
     finally:
         await official.close()
     process = otel.span("sepp.process", scope="sepp")

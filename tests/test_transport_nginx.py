@@ -24,6 +24,7 @@ from tests.client_helpers import (
     text_job,
     unique_queue,
     until,
+    worker_running,
 )
 from tests.h2_tap import FrameTap
 from tests.nginx_helpers import NGINX, Nginx
@@ -105,21 +106,19 @@ async def test_worker_rides_out_five_reloads(
             async with connected(tap.addr) as producer, connected(tap.addr) as consumer:
                 worker = Worker(consumer, [steady.queue], 30, wait_timeout=5, max_in_flight=8)
                 worker.handle("t", steady.handle)
-                running = asyncio.ensure_future(worker.run())
-                producing = asyncio.ensure_future(steady.produce(producer))
-                try:
-                    await steady.handled_more(20)
-                    mark = len(caplog.records)
-                    for _ in range(RELOADS):
-                        await nginx.reload()
+                async with worker_running(worker, 10):
+                    producing = asyncio.ensure_future(steady.produce(producer))
+                    try:
                         await steady.handled_more(20)
-                    reload_records = client_records(caplog.records[mark:])
-                finally:
-                    steady.stop.set()
-                    await asyncio.wait_for(producing, 10)
-                await steady.all_handled()
-                worker.shutdown_handle().shutdown()
-                await asyncio.wait_for(running, 10)
+                        mark = len(caplog.records)
+                        for _ in range(RELOADS):
+                            await nginx.reload()
+                            await steady.handled_more(20)
+                        reload_records = client_records(caplog.records[mark:])
+                    finally:
+                        steady.stop.set()
+                        await asyncio.wait_for(producing, 10)
+                    await steady.all_handled()
 
         totals = server.state.totals()
         assert server.counts(steady.queue) == (0, 0, 0, 0)

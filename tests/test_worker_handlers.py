@@ -193,17 +193,17 @@ async def test_a_thread_outliving_the_shutdown_grace_hands_its_job_back_when_it_
         started.set()
         release.wait(20)
 
-    task = asyncio.ensure_future(worker.run())
     try:
-        await until(started.is_set)
-        with caplog.at_level(logging.WARNING, "sepp_lite"):
-            worker.shutdown_handle().shutdown()
-            await asyncio.wait_for(task, 20)
-        # A thread cannot be cancelled: the job keeps its slot while the worker waits a
-        # moment for it, then leaves it behind, neither acked nor nacked while it runs.
-        assert worker.in_flight == 1
-        assert server.counts(queue).in_flight == 1
-        assert any("cannot be cancelled" in r.getMessage() for r in caplog.records)
+        async with worker_running(worker, 20) as task:
+            await until(started.is_set)
+            with caplog.at_level(logging.WARNING, "sepp_lite"):
+                worker.shutdown_handle().shutdown()
+                await asyncio.wait_for(task, 20)
+            # A thread cannot be cancelled: the job keeps its slot while the worker waits
+            # a moment for it, then leaves it behind, neither acked nor nacked while it runs.
+            assert worker.in_flight == 1
+            assert server.counts(queue).in_flight == 1
+            assert any("cannot be cancelled" in r.getMessage() for r in caplog.records)
     finally:
         release.set()
     await until(lambda: worker.in_flight == 0)  # the slot is freed when the thread ends

@@ -16,7 +16,7 @@ import pytest
 
 import sepp_lite as sepp
 from sepp_lite.testing import SeppTestServer
-from tests.client_helpers import free_port, unique_queue, until
+from tests.client_helpers import free_port, unique_queue, until, worker_running
 from tests.fault_helpers import RestartableServer
 from tests.test_worker_processes import sepp_lite
 
@@ -56,14 +56,12 @@ async def test_run_waits_for_a_server_that_comes_up_later(
                 done.append(ctx.id)
 
             with caplog.at_level(logging.INFO, "sepp_lite"):
-                running = asyncio.ensure_future(worker.run())
-                await until(lambda: messages(caplog, "waiting for the sepp server"), 30)
-                await asyncio.sleep(2)  # a few attempts go unanswered
-                assert not running.done()
-                await server.start()
-                await until(lambda: len(done) == 3, 30)
-                worker.shutdown_handle().shutdown()
-                await asyncio.wait_for(running, 30)
+                async with worker_running(worker, 30) as running:
+                    await until(lambda: messages(caplog, "waiting for the sepp server"), 30)
+                    await asyncio.sleep(2)  # a few attempts go unanswered
+                    assert not running.done()
+                    await server.start()
+                    await until(lambda: len(done) == 3, 30)
     finally:
         await server.crash()
     waits = messages(caplog, "waiting for the sepp server")
@@ -127,16 +125,14 @@ async def test_an_outage_after_start_logs_one_true_delay_per_retry(
                 done.append(ctx.id)
 
             with caplog.at_level(logging.INFO, "sepp_lite"):
-                running = asyncio.ensure_future(worker.run())
-                await until(lambda: messages(caplog, " started: "), 30)
-                await server.crash()
-                await until(lambda: len(messages(caplog, "reserve failed")) >= 4, 60)
-                await server.start()
-                async with await sepp.SeppClient.connect(server.addr) as producer:
-                    await producer.enqueue(sepp.EnqueueRequest(queue, "t"))
-                await until(lambda: done, 60)
-                worker.shutdown_handle().shutdown()
-                await asyncio.wait_for(running, 30)
+                async with worker_running(worker, 30):
+                    await until(lambda: messages(caplog, " started: "), 30)
+                    await server.crash()
+                    await until(lambda: len(messages(caplog, "reserve failed")) >= 4, 60)
+                    await server.start()
+                    async with await sepp.SeppClient.connect(server.addr) as producer:
+                        await producer.enqueue(sepp.EnqueueRequest(queue, "t"))
+                    await until(lambda: done, 60)
     finally:
         await server.crash()
     failures = messages(caplog, "reserve failed")
