@@ -12,6 +12,7 @@ import logging
 import random
 import re
 from collections import Counter
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any, Optional
@@ -26,7 +27,7 @@ from sepp_lite._scheduler import (
     periodic_slot,
 )
 from sepp_lite.testing import ManualClock, SeppTestServer
-from tests.client_helpers import unique_queue, until
+from tests.client_helpers import unique_queue, until, worker_running
 
 UTC = timezone.utc
 STEP_S = 150  # the manual clock moves in steps shorter than the grace
@@ -75,9 +76,9 @@ class Replica:
         self.addr, self.queue, self.jobs, self.runs, self.clock = addr, queue, jobs, runs, clock
         self.tasks = tasks
         self.scheduler: Optional[PeriodicScheduler] = None
-        self._client: Optional[SeppClient] = None
         self._worker: Optional[Worker] = None
-        self._tasks: list[asyncio.Task[None]] = []
+        self._tasks: list[asyncio.Future[None]] = []  # the worker's run(), the scheduler's
+        self._stack = AsyncExitStack()  # the worker (worker_running) and its client
         self.starts = 0
 
     @property
@@ -86,33 +87,32 @@ class Replica:
 
     async def start(self) -> None:
         self.starts += 1
-        self._client = await SeppClient.connect(self.addr)
+        self._stack = AsyncExitStack()
+        client = await self._stack.enter_async_context(await SeppClient.connect(self.addr))
         if self.tasks is not None:
             worker = self.tasks.worker(
-                self._client, lease_duration=600, wait_timeout=WAIT, periodic_clock=self.clock
+                client, lease_duration=600, wait_timeout=WAIT, periodic_clock=self.clock
             )
             self._worker, self.scheduler = worker, worker.scheduler
-            self._tasks = [asyncio.ensure_future(worker.run())]
+            self._tasks = [await self._stack.enter_async_context(worker_running(worker, 10))]
             return
-        self._worker = Worker(self._client, [self.queue], lease_duration=600, wait_timeout=WAIT)
-        self.scheduler = PeriodicScheduler(self._client, self.jobs, clock=self.clock)
+        self._worker = Worker(client, [self.queue], lease_duration=600, wait_timeout=WAIT)
+        self.scheduler = PeriodicScheduler(client, self.jobs, clock=self.clock)
         for job in self.jobs:
             guarded = self.scheduler.guard(self.runs.handler, lease_duration=600)
             self._worker.handle(job.job_type, guarded)
         self._tasks = [
-            asyncio.ensure_future(self._worker.run()),
+            await self._stack.enter_async_context(worker_running(self._worker, 10)),
             asyncio.ensure_future(self.scheduler.run()),
         ]
 
     async def stop(self) -> None:
-        assert self._worker is not None and self._client is not None
-        worker_task, *scheduler_task = self._tasks
-        self._worker.shutdown_handle().shutdown()
+        """The scheduler cancelled, then the worker stopped and its client closed."""
+        _, *scheduler_task = self._tasks
         for task in scheduler_task:
             task.cancel()
-        await asyncio.wait_for(worker_task, 10)
         await asyncio.gather(*scheduler_task, return_exceptions=True)
-        await self._client.close()
+        await self._stack.aclose()
         self._tasks = []
         self.scheduler = None
 

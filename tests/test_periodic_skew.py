@@ -10,7 +10,7 @@ import asyncio
 import logging
 import re
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AsyncExitStack, asynccontextmanager
 from datetime import datetime, timedelta, timezone
 from typing import Any, Callable
 
@@ -20,7 +20,7 @@ import sepp_lite as sepp
 from sepp_lite import JobCtx, SeppClient, Tasks
 from sepp_lite.tasks import TaskWorker
 from sepp_lite.testing import ManualClock, SeppTestServer
-from tests.client_helpers import unique_queue, until
+from tests.client_helpers import unique_queue, until, worker_running
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -66,7 +66,8 @@ class Fleet:
         self.tasks = Tasks(queue=self.queue)
         self.ran: list[str] = []
         self.clocks: list[SkewedClock] = []
-        self._running: list[tuple[TaskWorker, SeppClient, asyncio.Future[None]]] = []
+        self._running: list[tuple[TaskWorker, asyncio.Future[None]]] = []
+        self._stack = AsyncExitStack()  # the workers (worker_running) and their clients
 
         @self.tasks.periodic(every=1)
         async def tick(ctx: JobCtx) -> None:
@@ -76,18 +77,19 @@ class Fleet:
 
     async def start(self) -> None:
         for skew in self.skews:
-            client = await SeppClient.connect(self.server.addr)
+            client = await self._stack.enter_async_context(
+                await SeppClient.connect(self.server.addr)
+            )
             clock = SkewedClock(self.server.clock, skew)
             self.clocks.append(clock)
             worker = self.tasks.worker(client, periodic_clock=clock)
-            self._running.append((worker, client, asyncio.ensure_future(worker.run())))
+            running = await self._stack.enter_async_context(worker_running(worker, 10))
+            self._running.append((worker, running))
         await self.settle()
 
     async def stop(self) -> None:
-        for worker, client, running in self._running:
-            worker.shutdown_handle().shutdown()
-            await asyncio.wait_for(running, 10)
-            await client.close()
+        """Each worker stopped (last started first), then its client closed."""
+        await self._stack.aclose()
         self._running = []
 
     async def settle(self) -> None:
@@ -96,7 +98,7 @@ class Fleet:
         now = self.server.clock.now_ms
 
         def quiet() -> bool:
-            for worker, _, running in self._running:
+            for worker, running in self._running:
                 if running.done():
                     running.result()  # a crashed worker fails the test
                 assert worker.scheduler is not None

@@ -91,19 +91,16 @@ async def test_a_worker_joining_a_running_one_shares_its_hooks_and_the_last_clos
 ) -> None:
     app = Recorded(client)
     first = app.tasks.worker(client)
-    first_run = asyncio.ensure_future(first.run())
-    await asyncio.wait_for(app.entered.wait(), 10)
-    second = app.tasks.worker(client)
-    second_run = asyncio.ensure_future(second.run())
-    await app.note.enqueue(client, Note("a"))
-    await asyncio.wait_for(app.handled_one.wait(), 10)
-    first.shutdown_handle().shutdown()
-    await asyncio.wait_for(first_run, 10)
-    # The first worker has stopped; the second still runs inside the same hooks.
-    assert app.events == ["startup", "enter"]
-    second.shutdown_handle().shutdown()
-    await asyncio.wait_for(second_run, 10)
-    assert app.events == ["startup", "enter", "exit", "shutdown"]
+    async with worker_running(first, 10) as first_run:
+        await asyncio.wait_for(app.entered.wait(), 10)
+        async with worker_running(app.tasks.worker(client), 10):
+            await app.note.enqueue(client, Note("a"))
+            await asyncio.wait_for(app.handled_one.wait(), 10)
+            first.shutdown_handle().shutdown()
+            await asyncio.wait_for(first_run, 10)
+            # The first worker has stopped; the second still runs inside the same hooks.
+            assert app.events == ["startup", "enter"]
+        assert app.events == ["startup", "enter", "exit", "shutdown"]
     # A worker that starts after all have stopped enters them afresh.
     await app.tasks.worker(client).run(until_idle=True)
     assert app.events == ["startup", "enter", "exit", "shutdown"] * 2
