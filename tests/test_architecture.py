@@ -803,3 +803,97 @@ def test_the_re_finder_sees_each_spelling() -> None:
     assert imports_re("import re\n") and imports_re("import os, re as regex\n")
     assert imports_re("def f():\n    from re import sub\n")
     assert not imports_re("import reprlib\nfrom sepp_lite import re_x\n")
+
+
+# -- tests: one way to run a worker -------------------------------------------------------
+
+# The tests that start a worker's run() as a task of their own, rather than through
+# tests/client_helpers.worker_running (which stops it gracefully, also when the block
+# fails): each tests what it must see happen to that task. (file, test) -> why.
+CANCELS_RUN = "cancels run() and checks what the cancellation does"
+OWN_WORKER_RUNS = {
+    (
+        "test_faults_handlers.py",
+        "test_cancelling_run_hands_the_job_back_even_if_its_handler_swallows_the_cancel",
+    ): CANCELS_RUN,
+    (
+        "test_faults_handlers.py",
+        "test_cancelling_run_gives_up_on_a_handler_that_keeps_ignoring_it",
+    ): CANCELS_RUN,
+    ("test_monitor.py", "test_readyz_503_after_run_was_cancelled"): CANCELS_RUN,
+    (
+        "test_typed_tasks.py",
+        "test_the_workers_own_cancellations_are_not_taken_for_timeouts",
+    ): CANCELS_RUN,
+    (
+        "test_typed_tasks_lifecycle.py",
+        "test_a_worker_cancelled_while_starting_leaves_the_start_to_the_next",
+    ): CANCELS_RUN,
+    ("test_worker.py", "test_cancelling_run_leaves_no_task_behind"): CANCELS_RUN,
+    (
+        "test_worker_hand_back.py",
+        "test_cancelled_handlers_hand_their_jobs_back_but_not_on_the_last_attempt",
+    ): CANCELS_RUN + " (one of its two cases)",
+    ("test_monitor_otel.py", "test_metric_names_match_the_otel_instruments"): "a worker "
+    "whose run() fails (an undeclared queue), for the failure's instruments",
+    (
+        "test_worker_fail_fast.py",
+        "test_the_jobs_in_flight_finish_and_are_acked_before_it_raises",
+    ): "awaits the error run() raises",
+    (
+        "test_periodic.py",
+        "test_a_slot_within_the_grace_is_caught_up_once_an_older_one_not",
+    ): "two PeriodicSchedulers (first, again), not workers",
+}
+_STARTS_A_TASK = ("ensure_future", "create_task", "running")
+
+
+def runs_started_by_hand(source: str) -> list[tuple[str, str]]:
+    """``(test, receiver)`` for each ``ensure_future(x.run(...))`` (or ``create_task``,
+    or ``fault_helpers.running``) in a top-level test of ``source`` whose ``x`` is not a
+    scheduler."""
+    found = []
+    for function in ast.parse(source).body:
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for node in ast.walk(function):
+            if not (isinstance(node, ast.Call) and node.args):
+                continue
+            name = getattr(node.func, "attr", None) or getattr(node.func, "id", None)
+            run = node.args[0]
+            if (
+                name in _STARTS_A_TASK
+                and isinstance(run, ast.Call)
+                and isinstance(run.func, ast.Attribute)
+                and run.func.attr == "run"
+            ):
+                receiver = ast.unparse(run.func.value)
+                if "scheduler" not in receiver:
+                    found.append((function.name, receiver))
+    return found
+
+
+def test_the_tests_run_workers_through_one_helper() -> None:
+    """The start/shutdown sequence was written 32 times in 17 files, twice without
+    ``try/finally`` (issue 39): ``worker_running`` is the one way, but where a test
+    checks what happens to run()'s own task."""
+    found = set()
+    for path in sorted((ROOT / "tests").glob("test_*.py")):
+        for test, _ in runs_started_by_hand(path.read_text()):
+            found.add((path.name, test))
+    assert found == set(OWN_WORKER_RUNS), found ^ set(OWN_WORKER_RUNS)
+
+
+def test_the_run_finder_sees_each_spelling() -> None:
+    source = (
+        "async def test_a():\n    t = asyncio.ensure_future(worker.run())\n"
+        "async def test_b():\n    async with running(w.run(until_idle=True)):\n        pass\n"
+        "async def test_c():\n    asyncio.create_task(tasks.worker(c).run())\n"
+        "async def test_d():\n    asyncio.ensure_future(scheduler.run())\n"
+        "async def test_e():\n    async with worker_running(worker): pass\n"
+    )
+    assert runs_started_by_hand(source) == [
+        ("test_a", "worker"),
+        ("test_b", "w"),
+        ("test_c", "tasks.worker(c)"),
+    ]
