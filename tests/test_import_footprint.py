@@ -50,7 +50,7 @@ async def asyncio_run(*argv: str) -> str:
 _CLI_SCRIPT = """
 import contextlib, io, sys
 from sepp_lite.cli import main
-import sepp_lite.monitor, sepp_lite.sync, sepp_lite._supervisor
+import sepp_lite.monitor, sepp_lite.sync, sepp_lite.cli._supervisor
 with contextlib.redirect_stdout(io.StringIO()):
     try:
         code = main(["info", "--json", "--addr", sys.argv[1]])

@@ -23,9 +23,8 @@ from typing import Any, Callable, Optional
 import pytest
 
 import sepp_lite as sepp
-from sepp_lite import _supervisor
-from sepp_lite._supervisor import available_cpus, cgroup_cpu_quota, process_count
-from sepp_lite.cli import main
+from sepp_lite.cli import _supervisor, main
+from sepp_lite.cli._supervisor import available_cpus, cgroup_cpu_quota, process_count
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import unique_queue, until
 from tests.fault_helpers import RestartableServer

@@ -1,7 +1,7 @@
 """``sepp-lite worker MODULE:OBJECT``: import the user's Worker (or the factory that makes
 it, or a ``sepp_lite.Tasks`` registry) and run it until SIGINT/SIGTERM, with ``/livez``,
 ``/readyz`` and ``/metrics`` under ``--http``; with ``--processes N`` this process
-supervises N children (:mod:`sepp_lite._supervisor`), each of them this same command
+supervises N children (:mod:`sepp_lite.cli._supervisor`), each of them this same command
 run again."""
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def _add_tasks_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _processes_arg(text: str) -> int:
-    from sepp_lite._supervisor import process_count
+    from sepp_lite.cli._supervisor import process_count
 
     try:
         return process_count(text)
@@ -342,7 +342,7 @@ async def _cmd_worker(args: argparse.Namespace) -> int:
         # owns everything that runs for it.
         stack.push_async_callback(worker.client.close)
         if args.status_fd is not None:
-            from sepp_lite._supervisor import run_supervised
+            from sepp_lite.cli._supervisor import run_supervised
 
             return await run_supervised(
                 worker, args.status_fd, until_idle=args.until_idle, max_loop_lag=args.max_loop_lag
@@ -365,7 +365,7 @@ async def _serve_endpoints(
 
 
 async def _supervise(args: argparse.Namespace) -> int:
-    from sepp_lite._supervisor import Supervisor
+    from sepp_lite.cli._supervisor import Supervisor
 
     supervisor = Supervisor(
         args.argv, args.processes, http=args.http, max_loop_lag=args.max_loop_lag
