@@ -897,3 +897,35 @@ def test_the_run_finder_sees_each_spelling() -> None:
         ("test_b", "w"),
         ("test_c", "tasks.worker(c)"),
     ]
+
+
+# -- one home per question: the clock ------------------------------------------------------
+
+
+def clock_shapes(source: str) -> list[str]:
+    """The classes of ``source`` that declare a shape of clock: a ``Protocol`` (or an
+    ABC) with a ``now_ms``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.ClassDef):
+            continue
+        bases = {ast.unparse(base).rsplit(".", 1)[-1] for base in node.bases}
+        methods = {item.name for item in node.body if isinstance(item, ast.FunctionDef)}
+        if bases & {"Protocol", "ABC"} and "now_ms" in methods:
+            found.append(node.name)
+    return found
+
+
+def test_one_clock_protocol_for_the_scheduler_the_test_server_and_the_lease_keeper() -> None:
+    """``_periodic``'s ``SchedulerClock`` had the shape of ``testing._clock.Clock``
+    (issue 39); the Worker's lease keeper, the scheduler and the test server now take
+    ``_clock.Clock``, and every clock is of that one shape."""
+    shapes = {
+        f"{path.relative_to(PACKAGE).as_posix()}:{name}"
+        for path in package_files()
+        for name in clock_shapes(path.read_text())
+    }
+    assert shapes == {"_clock.py:Clock"}
+    assert clock_shapes(
+        "class SchedulerClock(typing.Protocol):\n    def now_ms(self) -> int: ...\n"
+    ) == ["SchedulerClock"]
