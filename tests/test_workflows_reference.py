@@ -105,7 +105,9 @@ async def run_lease_outliving(fan_out: bool) -> tuple[Ran, QueueState, str]:
 def assert_each_step_once(ran: Ran, per_root: int) -> None:
     firsts = collections.Counter(root for step, root, *_ in ran if step == "first")
     assert len(firsts) == WORKFLOWS
-    assert set(firsts.values()) == {2}  # each first step's handler ran twice
+    # Each first step's handler ran at least twice (attempt 1 outlived its lease); on a
+    # loaded machine attempt 2 may outlive its lease too. The hand-off stays once.
+    assert min(firsts.values()) >= 2
     seconds: dict[tuple[str, tuple[int, ...]], list[str]] = collections.defaultdict(list)
     for step, root, branch, job_id, _ in ran:
         if step == "second":
