@@ -114,7 +114,10 @@ def assert_each_step_once(ran: Ran, per_root: int) -> None:
             seconds[root, branch].append(job_id)
     assert set(root for root, _ in seconds) == set(firsts)
     assert len(seconds) == WORKFLOWS * per_root
-    assert {len(ids) for ids in seconds.values()} == {1}  # one job, run once
+    # One job each: the hand-off's guarantee. On a loaded machine a second step's own
+    # 1 s lease may lapse too, and the same job runs again (an element's second step ran
+    # twice in a full run at load 7; the check then counted runs, not job ids).
+    assert {len(set(ids)) for ids in seconds.values()} == {1}
 
 
 async def test_a_step_that_outlives_its_lease_hands_off_once() -> None:
