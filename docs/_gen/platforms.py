@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "docs" / "platforms" / "results"
 PAGE = ROOT / "docs" / "platforms.md"
 TABLE_START, TABLE_END = "<!-- platform-table -->", "<!-- /platform-table -->"
-FIELDS = {
+FIELDS: dict[str, type | tuple[type, ...]] = {
     "interpreter": str,
     "version": str,
     "arch": str,
