@@ -13,7 +13,7 @@ DOCS_PORT ?= 8000
 
 .DEFAULT_GOAL := check
 .PHONY: install install-runtime proto proto-check lint format typecheck test official demo \
-	dist bench bench-against soak docs docs-serve foreign-arch check clean
+	dist bench bench-against soak docs docs-serve foreign-arch platforms check clean
 
 $(VENV)/.installed-$(EXTRAS): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -121,6 +121,29 @@ docs-serve: $(DOCS_VENV)/.installed
 ARCH ?= s390x
 foreign-arch:
 	.ci/foreign-arch $(ARCH)
+
+# The test runs of docs/platforms.md's table: CPython 3.14 in a Debian sid root, CPython
+# built against musl, and s390x, ppc64el and riscv64 under qemu, one after another, each
+# with its log in $(PLATFORM_LOGS)/ (the tail of a failed one shown), each recording its
+# counts in docs/platforms/results/; then the table. A failed run does not stop the
+# others; the target fails at the end if any did. Needs root or sudo; an hour or more.
+CI_SCRIPTS ?= .ci
+PLATFORM_LOGS ?= logs
+PLATFORM_RESULTS ?= docs/platforms/results
+PLATFORMS_TABLE ?= $(PYTHON) docs/_gen/platforms.py --update
+platforms:
+	@mkdir -p $(PLATFORM_LOGS) $(PLATFORM_RESULTS); failed=""; \
+	run() { name=$$1; shift; echo "== $$name: $$* (log: $(PLATFORM_LOGS)/$$name.log)"; \
+		if PLATFORM_RESULTS=$(PLATFORM_RESULTS) "$$@" >$(PLATFORM_LOGS)/$$name.log 2>&1; \
+		then echo "   passed"; else echo "   FAILED:"; tail -n 20 $(PLATFORM_LOGS)/$$name.log; \
+		failed="$$failed $$name"; fi; }; \
+	run cpython-3.14 $(CI_SCRIPTS)/sid-suite python3.14; \
+	run musl $(CI_SCRIPTS)/platform-suite musl; \
+	run s390x $(CI_SCRIPTS)/foreign-arch s390x; \
+	run ppc64el $(CI_SCRIPTS)/foreign-arch ppc64el; \
+	run riscv64 env SUITE=trixie $(CI_SCRIPTS)/foreign-arch riscv64; \
+	$(PLATFORMS_TABLE); \
+	if [ -n "$$failed" ]; then echo "FAILED:$$failed" >&2; exit 1; fi
 
 check: lint typecheck test
 
