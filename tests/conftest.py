@@ -26,7 +26,14 @@ it unclosed for the garbage collector to report in whichever later test it runs.
 
 from __future__ import annotations
 
+import os
 import sys
+
+# grpcio (the reference server and sepp-py in some tests) registers fork handlers; the
+# tests start processes only by fork+exec, which needs none, and on CPython 3.9's older
+# grpcio a handler once aborted a worker subprocess between fork and exec ("skipping
+# fork() handlers", then SIGABRT). Read by grpc when it is imported, so set first.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
 from collections.abc import AsyncIterator
 from types import CodeType
 from typing import Any
