@@ -47,6 +47,11 @@ from sepp_lite.testing import QueueState, SeppTestServer, ServerConfig
 from sepp_lite.testing._service import RawCodec
 from sepp_lite.types import EnqueueRequest, JobCtx, Payload, Priority, ReserveOptions
 
+# Why a test that needs grpcio or sepp-py (which needs grpcio) skips: grpcio has wheels
+# for CPython 3.10+ only, and none for PyPy or a free-threaded CPython.
+NO_GRPCIO = "grpcio has no wheel for this interpreter (PyPy, free-threaded CPython)"
+NO_SEPP_PY = "sepp-py needs grpcio and CPython 3.10+: no wheels for this interpreter"
+
 SERVICE = "sepp.v1.QueueService"
 METHODS = (
     "EnqueueBatch",

@@ -1374,7 +1374,7 @@ PEER_HOSTS = ("localhost", "127.0.0.1")
 
 
 def tls_context() -> ssl.SSLContext:
-    """A server context with a trustme certificate for localhost and ALPN h2."""
+    """A server context with a certificate (tests/pki.py) for localhost and ALPN h2."""
     return server_context("h2 peer", PEER_HOSTS)
 
 

@@ -40,6 +40,7 @@ from sepp_lite.testing import (
     ServerConfig,
 )
 from tests.client_helpers import (
+    NO_GRPCIO,
     ScriptedServer,
     connected,
     default_reply,
@@ -443,7 +444,7 @@ async def test_a_waiting_caller_ends_at_its_deadline_whatever_runs_ahead(
 
 
 async def test_a_waiting_caller_ends_at_its_deadline_on_the_grpcio_server() -> None:
-    pytest.importorskip("grpc", reason="grpcio is a test extra on CPython only")
+    pytest.importorskip("grpc", reason=NO_GRPCIO)
     from tests.grpcio_server import GrpcioServer
 
     async with GrpcioServer() as server:
@@ -513,7 +514,7 @@ async def test_a_fresh_client_never_fails_callers_for_the_servers_batch_limit(
 
 
 async def test_a_fresh_client_fits_the_grpcio_servers_batch_limit() -> None:
-    pytest.importorskip("grpc", reason="grpcio is a test extra on CPython only")
+    pytest.importorskip("grpc", reason=NO_GRPCIO)
     from tests.grpcio_server import GrpcioServer
 
     state = QueueState(ServerConfig().with_overrides(max_enqueue_batch=8))

@@ -25,6 +25,7 @@ from sepp_lite.client import _jobs_with_uuids, _not_uuid
 from sepp_lite.testing import SeppTestServer
 from tests.client_helpers import (
     JOB_ID,
+    NO_SEPP_PY,
     ScriptedServer,
     connected,
     job_record,
@@ -83,7 +84,7 @@ async def test_batch_returns_the_servers_rejection_in_place_and_sends_the_rest(
 
 
 async def test_sepp_py_gets_the_same_values(server: SeppTestServer) -> None:
-    seppy = pytest.importorskip("sepp", reason="sepp-py installs on CPython 3.10+ only")
+    seppy = pytest.importorskip("sepp", reason=NO_SEPP_PY)
     queue = unique_queue()
     official = await seppy.SeppClient.connect(server.addr)
     try:

@@ -10,6 +10,7 @@ import pytest
 from google.protobuf import descriptor_pb2
 
 from tests import contract_table
+from tests.client_helpers import NO_SEPP_PY
 from tests.proto_compile import PROTO_DIR, QUEUE_PROTO, compile_file
 
 FDP = descriptor_pb2.FieldDescriptorProto
@@ -127,7 +128,7 @@ def test_matches_the_official_clients_descriptor(
 ) -> None:
     """sepp-py 0.1.0 ships the newest wire contract; ours must be the same descriptor
     (source comments, options and json names aside). sepp-py installs on CPython 3.10+."""
-    queue_pb2 = pytest.importorskip("sepp.v1.queue_pb2", reason="sepp-py needs CPython 3.10+")
+    queue_pb2 = pytest.importorskip("sepp.v1.queue_pb2", reason=NO_SEPP_PY)
     official = descriptor_pb2.FileDescriptorProto()
     queue_pb2.DESCRIPTOR.CopyToProto(official)
     ours = descriptor_pb2.FileDescriptorProto()

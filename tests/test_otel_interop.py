@@ -16,8 +16,10 @@ from typing import Any
 
 import pytest
 
+from tests.client_helpers import NO_SEPP_PY
+
 pytest.importorskip("opentelemetry.sdk", reason="needs opentelemetry-sdk (the test-otel extra)")
-pytest.importorskip("sepp", reason="sepp-py installs on CPython 3.10+ only")
+pytest.importorskip("sepp", reason=NO_SEPP_PY)
 
 import sepp as seppy
 import sepp.types as seppy_types

@@ -27,7 +27,7 @@ from sepp_lite._scheduler import (
     periodic_slot,
 )
 from sepp_lite.testing import ManualClock, SeppTestServer
-from tests.client_helpers import unique_queue, until, worker_running
+from tests.client_helpers import NO_GRPCIO, unique_queue, until, worker_running
 
 UTC = timezone.utc
 STEP_S = 150  # the manual clock moves in steps shorter than the grace
@@ -340,7 +340,7 @@ def skipped_with_a_job(jobs: list[PeriodicJob], gap: tuple[datetime, datetime]) 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 async def test_every_second_with_three_replicas_in_real_time_on_grpcio() -> None:
-    pytest.importorskip("grpc", reason="grpcio is a test extra on CPython only")
+    pytest.importorskip("grpc", reason=NO_GRPCIO)
     from tests.grpcio_server import GrpcioServer
 
     queue = unique_queue()

@@ -11,6 +11,7 @@ import types
 import pytest
 
 import sepp_lite
+from tests.client_helpers import NO_SEPP_PY
 
 # sepp-py 0.1.0's root __all__ (spec/public-api.md), pinned here so the check runs even
 # where sepp-py cannot be installed (PyPy, Python 3.9).
@@ -124,7 +125,7 @@ def _compare(name: str, ours: object, theirs: object) -> None:
 
 
 def test_signatures_match_sepp_py() -> None:
-    sepp = pytest.importorskip("sepp", reason="sepp-py installs on CPython 3.10+ only")
+    sepp = pytest.importorskip("sepp", reason=NO_SEPP_PY)
     assert sorted(sepp.__all__) == sorted(SEPP_PY_ROOT)
     for name in SEPP_PY_ROOT:
         theirs, ours = getattr(sepp, name), getattr(sepp_lite, name)

@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from typing import Any, Optional
 
 import pytest
-import trustme
 from grpclib.exceptions import GRPCError
 from hpack.huffman import HuffmanEncoder
 from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
@@ -35,7 +34,7 @@ from sepp_lite.errors import Status
 from sepp_lite.testing import QueueConfig, SeppTestServer
 from tests.client_helpers import DROP, HANG, ScriptedServer, free_port, server_info_bytes
 from tests.fault_helpers import LogCapture, ServerThread
-from tests.pki import authority, server_pem
+from tests.pki import ca_pem, server_pem
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -97,8 +96,8 @@ def test_the_search_finds_every_form_of_the_key() -> None:
 
 
 @pytest.fixture(scope="module")
-def pki() -> tuple[trustme.CA, dict[str, bytes]]:
-    return authority("secrets")[0], server_pem("secrets")
+def pki() -> tuple[bytes, dict[str, bytes]]:
+    return ca_pem("secrets"), server_pem("secrets")
 
 
 @pytest.fixture(params=["traced", "untraced"])
@@ -208,7 +207,7 @@ def localhost(addr: str) -> str:
 
 
 async def test_the_key_appears_in_no_log_repr_exception_or_span(
-    pki: tuple[trustme.CA, dict[str, bytes]], spans: Optional[Any]
+    pki: tuple[bytes, dict[str, bytes]], spans: Optional[Any]
 ) -> None:
     ca, pem = pki
     raised: list[BaseException] = []
@@ -236,9 +235,7 @@ async def test_the_key_appears_in_no_log_repr_exception_or_span(
                 scripted.script("EnqueueBatch", DROP)
                 scripted.script("DrainDeadLetters", HANG)
                 with capture.installed(), json_lines() as written:
-                    await session(
-                        plain.addr, tls.addr, scripted.addr, ca.cert_pem.bytes(), raised, seen
-                    )
+                    await session(plain.addr, tls.addr, scripted.addr, ca, raised, seen)
             finally:
                 await thread.aclose()
     finally:
@@ -309,25 +306,23 @@ def test_tls_verifies_the_server_by_default() -> None:
     assert context.verify_mode is ssl.CERT_REQUIRED
     assert context.check_hostname is True
     assert context.minimum_version >= ssl.TLSVersion.TLSv1_2
-    private = tls_context(trustme.CA().cert_pem.bytes())
+    private = tls_context(ca_pem("another"))
     assert private.verify_mode is ssl.CERT_REQUIRED and private.check_hostname is True
 
 
 async def test_tls_custom_ca_works_and_wrong_ca_or_name_fail_clearly(
-    pki: tuple[trustme.CA, dict[str, bytes]],
+    pki: tuple[bytes, dict[str, bytes]],
 ) -> None:
     ca, pem = pki
     async with SeppTestServer(api_keys=[KEY], **pem) as server:
         addr = f"localhost:{server.port}"
-        async with await sepp.SeppClient.connect(
-            addr, api_key=KEY, tls_ca_cert=ca.cert_pem.bytes()
-        ) as client:
+        async with await sepp.SeppClient.connect(addr, api_key=KEY, tls_ca_cert=ca) as client:
             assert (await client.get_server_info()).version
             assert repr(client).endswith("tls=True, auth=True)")
         failures = {
             "default roots": {"tls": True},
-            "another CA": {"tls_ca_cert": trustme.CA().cert_pem.bytes()},
-            "another name": {"tls_ca_cert": ca.cert_pem.bytes(), "tls_domain": "other.test"},
+            "another CA": {"tls_ca_cert": ca_pem("another")},
+            "another name": {"tls_ca_cert": ca, "tls_domain": "other.test"},
         }
         for what, options in failures.items():
             with pytest.raises(sepp.ConnectError) as info:

@@ -24,6 +24,7 @@ from sepp_lite._codec.dead_letters import (
 from sepp_lite._proto.sepp import v1 as pb
 from sepp_lite._time import EPOCH
 from sepp_lite.testing import ConfigError, ManualClock, QueueConfig, SeppTestServer
+from tests import pki
 from tests.client_helpers import until
 from tests.server_helpers import START_MS, UUID0, raw_call, raw_channel
 
@@ -518,7 +519,7 @@ async def test_an_open_health_watch_does_not_delay_shutdown():
 # -- TLS -------------------------------------------------------------------------------------
 
 
-def _client_context(ca: Any) -> ssl.SSLContext:
+def _client_context(ca: pki.Authority) -> ssl.SSLContext:
     context = ssl.create_default_context()
     ca.configure_trust(context)
     context.set_alpn_protocols(["h2"])
@@ -526,12 +527,8 @@ def _client_context(ca: Any) -> ssl.SSLContext:
 
 
 async def test_tls_with_pem_bytes_and_with_files(tmp_path):
-    import trustme  # imported here: a missing trustme fails this test, not the module
-
-    ca = trustme.CA()
-    cert = ca.issue_cert("127.0.0.1", "localhost")
-    chain = b"".join(blob.bytes() for blob in cert.cert_chain_pems)
-    key = cert.private_key_pem.bytes()
+    ca = pki.authority("server-grpc", ("127.0.0.1", "localhost"))
+    chain, key = ca.chain_pem, ca.key_pem
     (tmp_path / "cert.pem").write_bytes(chain)
     (tmp_path / "key.pem").write_bytes(key)
     sources = [(chain, key), (str(tmp_path / "cert.pem"), tmp_path / "key.pem")]

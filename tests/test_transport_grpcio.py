@@ -15,7 +15,9 @@ from collections import Counter
 
 import pytest
 
-pytest.importorskip("grpc", reason="grpcio is a test extra on CPython only")
+from tests.client_helpers import NO_GRPCIO
+
+pytest.importorskip("grpc", reason=NO_GRPCIO)
 
 from sepp_lite import (
     AttemptMismatchError,

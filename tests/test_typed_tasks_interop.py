@@ -18,7 +18,7 @@ import sepp_lite as sepp
 from sepp_lite import DeadLetterCause, JobCtx, Payload
 from sepp_lite.tasks import Tasks
 from sepp_lite.testing import QueueState, SeppTestServer, ServerConfig, run_until_drained
-from tests.client_helpers import connected, unique_queue
+from tests.client_helpers import NO_GRPCIO, NO_SEPP_PY, connected, unique_queue
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -40,7 +40,7 @@ class Order:
 
 
 async def test_a_sepp_py_producers_json_runs_a_typed_task(server: SeppTestServer) -> None:
-    seppy = pytest.importorskip("sepp", reason="sepp-py installs on CPython 3.10+ only")
+    seppy = pytest.importorskip("sepp", reason=NO_SEPP_PY)
     queue = unique_queue()
     official = await seppy.SeppClient.connect(server.addr)
     try:
@@ -65,7 +65,7 @@ async def test_a_sepp_py_producers_json_runs_a_typed_task(server: SeppTestServer
 async def test_a_typed_producers_job_runs_in_a_plain_sepp_py_worker(
     server: SeppTestServer,
 ) -> None:
-    seppy = pytest.importorskip("sepp", reason="sepp-py installs on CPython 3.10+ only")
+    seppy = pytest.importorskip("sepp", reason=NO_SEPP_PY)
     queue = unique_queue()
     tasks = Tasks(queue=queue, priority=4)
 
@@ -101,7 +101,7 @@ async def test_a_typed_producers_job_runs_in_a_plain_sepp_py_worker(
 
 
 async def test_the_whole_flow_against_grpcio() -> None:
-    pytest.importorskip("grpc", reason="grpcio is a test extra on CPython only")
+    pytest.importorskip("grpc", reason=NO_GRPCIO)
     from tests.grpcio_server import GrpcioServer
 
     queue = unique_queue()

@@ -20,7 +20,7 @@ import pytest
 import sepp_lite as sepp
 from sepp_lite.testing import QueueState, ServerConfig
 from tests.cli_helpers import started
-from tests.client_helpers import unique_queue, until
+from tests.client_helpers import NO_GRPCIO, unique_queue, until
 
 pytestmark = [
     pytest.mark.slow,
@@ -83,7 +83,7 @@ async def stop(proc: asyncio.subprocess.Process) -> None:
 async def test_jobs_of_an_unknown_type_outlive_30_s_of_workers_without_it(
     tmp_path: Path,
 ) -> None:
-    pytest.importorskip("grpc", reason="grpcio is a test extra on CPython only")
+    pytest.importorskip("grpc", reason=NO_GRPCIO)
     from tests.grpcio_server import GrpcioServer
 
     queue = unique_queue()

@@ -31,7 +31,7 @@ from sepp_lite.tasks import Chain, Tasks
 from sepp_lite.tasks._workflow import where_of
 from sepp_lite.testing import QueueState, ServerConfig
 from tests.cli_helpers import started
-from tests.client_helpers import unique_queue, until, worker_running
+from tests.client_helpers import NO_GRPCIO, unique_queue, until, worker_running
 
 pytestmark = [
     pytest.mark.slow,
@@ -45,7 +45,7 @@ FAN_OUT = 10
 
 @asynccontextmanager
 async def reference_server() -> AsyncIterator[tuple[Any, QueueState]]:
-    pytest.importorskip("grpc", reason="grpcio is a test extra on CPython only")
+    pytest.importorskip("grpc", reason=NO_GRPCIO)
     from tests.grpcio_server import GrpcioServer
 
     state = QueueState(ServerConfig().with_overrides(dead_letter_retention_ms=3_600_000))
