@@ -61,8 +61,11 @@ format: install
 typecheck: install
 	$(VENV)/bin/mypy
 
+# Two pytest-xdist workers by default (most tests wait on sockets and timers, so two
+# suit a 2-core machine); PYTEST_WORKERS=0 runs the suite in one process.
+PYTEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) $(PYTEST_ARGS)
 
 # sepp-py 0.1.0's own integration tests (from its sdist) against our server, run with
 # sepp-py and again with `import sepp` giving sepp_lite.

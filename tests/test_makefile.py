@@ -18,7 +18,7 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make
 
 
 OUTER_MAKE = {"MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES", "EXTRAS", "VENV", "PYTHON"}
-OUTER_MAKE |= {"PROTO_VENV", "PYTEST_ARGS", "DEMO_ARGS", "ARCH", "DIST"}
+OUTER_MAKE |= {"PROTO_VENV", "PYTEST_ARGS", "PYTEST_WORKERS", "DEMO_ARGS", "ARCH", "DIST"}
 
 
 def planned(target: str, tmp_path: Path, *variables: str) -> list[str]:
