@@ -1,5 +1,7 @@
 """Certificates for the TLS tests: a trustme authority per name, each with one leaf
-certificate, in the forms the tests' servers and clients take.
+certificate, in the forms the tests' servers and clients take. Where trustme cannot be
+installed (PyPy 8: its cryptography has no wheel there), the ``openssl`` command makes
+them (tests/openssl_ca.py); ``CA`` is the authority class in use.
 
 The leaf names ``localhost`` only, unless ``hosts`` says more: several tests check
 that connecting to ``127.0.0.1`` without ``tls_domain`` fails verification.
@@ -9,8 +11,17 @@ from __future__ import annotations
 
 import functools
 import ssl
+from typing import TYPE_CHECKING
 
-import trustme
+if TYPE_CHECKING:
+    import trustme
+else:
+    try:
+        import trustme
+    except ImportError:  # no cryptography wheel for this interpreter
+        from tests import openssl_ca as trustme
+
+CA = trustme.CA
 
 LOCALHOST = ("localhost",)
 
@@ -24,7 +35,7 @@ def authority(
 
 @functools.cache
 def _issue(name: str, hosts: tuple[str, ...]) -> tuple[trustme.CA, trustme.LeafCert]:
-    ca = trustme.CA()
+    ca = CA()
     return ca, ca.issue_cert(*hosts)
 
 

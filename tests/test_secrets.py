@@ -23,7 +23,6 @@ from collections.abc import Iterator
 from typing import Any, Optional
 
 import pytest
-import trustme
 from grpclib.exceptions import GRPCError
 from hpack.huffman import HuffmanEncoder
 from hpack.huffman_constants import REQUEST_CODES, REQUEST_CODES_LENGTH
@@ -35,7 +34,7 @@ from sepp_lite.errors import Status
 from sepp_lite.testing import QueueConfig, SeppTestServer
 from tests.client_helpers import DROP, HANG, ScriptedServer, free_port, server_info_bytes
 from tests.fault_helpers import LogCapture, ServerThread
-from tests.pki import authority, server_pem
+from tests.pki import CA, authority, server_pem
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -97,7 +96,7 @@ def test_the_search_finds_every_form_of_the_key() -> None:
 
 
 @pytest.fixture(scope="module")
-def pki() -> tuple[trustme.CA, dict[str, bytes]]:
+def pki() -> tuple[CA, dict[str, bytes]]:
     return authority("secrets")[0], server_pem("secrets")
 
 
@@ -208,7 +207,7 @@ def localhost(addr: str) -> str:
 
 
 async def test_the_key_appears_in_no_log_repr_exception_or_span(
-    pki: tuple[trustme.CA, dict[str, bytes]], spans: Optional[Any]
+    pki: tuple[CA, dict[str, bytes]], spans: Optional[Any]
 ) -> None:
     ca, pem = pki
     raised: list[BaseException] = []
@@ -309,12 +308,12 @@ def test_tls_verifies_the_server_by_default() -> None:
     assert context.verify_mode is ssl.CERT_REQUIRED
     assert context.check_hostname is True
     assert context.minimum_version >= ssl.TLSVersion.TLSv1_2
-    private = tls_context(trustme.CA().cert_pem.bytes())
+    private = tls_context(CA().cert_pem.bytes())
     assert private.verify_mode is ssl.CERT_REQUIRED and private.check_hostname is True
 
 
 async def test_tls_custom_ca_works_and_wrong_ca_or_name_fail_clearly(
-    pki: tuple[trustme.CA, dict[str, bytes]],
+    pki: tuple[CA, dict[str, bytes]],
 ) -> None:
     ca, pem = pki
     async with SeppTestServer(api_keys=[KEY], **pem) as server:
@@ -326,7 +325,7 @@ async def test_tls_custom_ca_works_and_wrong_ca_or_name_fail_clearly(
             assert repr(client).endswith("tls=True, auth=True)")
         failures = {
             "default roots": {"tls": True},
-            "another CA": {"tls_ca_cert": trustme.CA().cert_pem.bytes()},
+            "another CA": {"tls_ca_cert": CA().cert_pem.bytes()},
             "another name": {"tls_ca_cert": ca.cert_pem.bytes(), "tls_domain": "other.test"},
         }
         for what, options in failures.items():
