@@ -27,7 +27,7 @@ it unclosed for the garbage collector to report in whichever later test it runs.
 from __future__ import annotations
 
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from types import CodeType
 from typing import Any
 
@@ -36,6 +36,7 @@ import pytest
 from sepp_lite import SeppClient
 from sepp_lite.testing import SeppTestServer
 from tests import client_helpers
+from tests.deprecations import sepp_lite_deprecations_are_errors
 
 
 def _names_used(code: CodeType) -> set[str]:
@@ -54,6 +55,24 @@ def pytest_configure(config: pytest.Config) -> None:
         # collection, not in the one that leaked it. CPython (reference counting) reports
         # each in the test that leaked it, and there `filterwarnings = error` holds.
         config.addinivalue_line("filterwarnings", "ignore::ResourceWarning")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with sepp_lite_deprecations_are_errors():
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with sepp_lite_deprecations_are_errors():
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    with sepp_lite_deprecations_are_errors():
+        yield
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
