@@ -6,7 +6,8 @@
 #   root_mirror                   MIRROR, if unset: the Debian archive apt uses here
 #   root_make ROOT SUITE PACKAGES [debootstrap options...]
 #                                 a minbase root, once (a marker says it is complete)
-#   root_enter ROOT               resolv.conf, /etc/hosts, /proc (unmounted at exit),
+#   root_enter ROOT               resolv.conf, /etc/hosts, /proc and /dev/pts (unmounted
+#                                 by the last run to leave),
 #                                 this machine's CA bundle as ROOT/work/ca-bundle.crt
 #   inside ROOT CMD               CMD under /bin/sh in the root, with root_env (its PATH
 #                                 starts with ROOT_VENV/bin, default /work/venv/bin)
@@ -79,6 +80,8 @@ root_enter() {  # ROOT
     $sudo mkdir -p "$root/.users"
     $sudo touch "$ROOT_USER"
     if ! mountpoint -q "$root/proc"; then $sudo mount -t proc proc "$root/proc"; fi
+    # Terminals (a test runs the CLI on a pseudo-terminal): this machine's.
+    if ! mountpoint -q "$root/dev/pts"; then $sudo mount --bind /dev/pts "$root/dev/pts"; fi
     # A clean environment in the root: none of this machine's pip settings, its CA
     # bundle and proxy if it has them.
     root_env=(PATH=${ROOT_VENV:-/work/venv}/bin:/usr/bin:/bin HOME=/root LANG=C.UTF-8
@@ -98,7 +101,10 @@ root_leave() {
     for pid in $(ls "$users"); do  # forget runs that ended without leaving
         kill -0 "$pid" 2>/dev/null || $sudo rm -f "$users/$pid"
     done
-    if [ -z "$(ls "$users")" ]; then $sudo umount "${users%/.users}/proc" || true; fi
+    if [ -z "$(ls "$users")" ]; then
+        $sudo umount "${users%/.users}/dev/pts" || true
+        $sudo umount "${users%/.users}/proc" || true
+    fi
 }
 
 inside() {  # ROOT CMD
