@@ -34,7 +34,7 @@ import sys
 # grpcio a handler once aborted a worker subprocess between fork and exec ("skipping
 # fork() handlers", then SIGABRT). Read by grpc when it is imported, so set first.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from types import CodeType
 from typing import Any
 
@@ -43,6 +43,7 @@ import pytest
 from sepp_lite import SeppClient
 from sepp_lite.testing import SeppTestServer
 from tests import client_helpers
+from tests.deprecations import sepp_lite_deprecations_are_errors
 
 
 def _names_used(code: CodeType) -> set[str]:
@@ -61,6 +62,24 @@ def pytest_configure(config: pytest.Config) -> None:
         # collection, not in the one that leaked it. CPython (reference counting) reports
         # each in the test that leaked it, and there `filterwarnings = error` holds.
         config.addinivalue_line("filterwarnings", "ignore::ResourceWarning")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    with sepp_lite_deprecations_are_errors():
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with sepp_lite_deprecations_are_errors():
+        yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item: pytest.Item) -> Iterator[None]:
+    with sepp_lite_deprecations_are_errors():
+        yield
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

@@ -62,6 +62,11 @@ async def star_kwargs(msg: Welcome, **more: Welcome) -> None: ...
 async def no_input() -> None: ...
 
 
+# How Python writes it: Optional[int] up to 3.13, int | None from 3.14 on (typing.Union
+# and | became one type).
+OPTIONAL_INT = str(Optional[int]).replace("typing.", "")
+
+
 async def optional_int(msg: Welcome, ctx: Optional[int] = None) -> None: ...
 
 
@@ -73,7 +78,7 @@ REFUSED = [
     (add, "y", f"is annotated int, {SECOND}"),
     (add_default, "y", f"is annotated int, {SECOND}"),
     (blocking_add, "y", f"is annotated str, {SECOND}"),
-    (optional_int, "ctx", f"is annotated Optional[int], {SECOND}"),
+    (optional_int, "ctx", f"is annotated {OPTIONAL_INT}, {SECOND}"),
     (one_too_many, "extra", "is a third parameter"),
     (keyword_only, "retries", "is a keyword-only parameter without a default"),
     (star_args, "*more", "would receive nothing"),
